@@ -1,0 +1,14 @@
+"""The one configuration object, with every core option group registered.
+
+Each module of this package owns one group and exposes ``list_opts()``;
+``opts.list_opts`` gathers them for oslo-config-generator.
+"""
+
+from oslo_config import cfg
+
+from metalboot_framework.conf import api, artifacts, conductor, database, default
+
+CONF = cfg.CONF
+
+for _module in (default, api, database, conductor, artifacts):
+    _module.register_opts(CONF)

@@ -1,0 +1,10 @@
+"""Every core option, for oslo-config-generator (entry point oslo.config.opts)."""
+
+from metalboot_framework.conf import api, artifacts, conductor, database, default
+
+
+def list_opts():
+    result = []
+    for module in (default, api, database, conductor, artifacts):
+        result.extend(module.list_opts())
+    return result

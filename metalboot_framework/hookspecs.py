@@ -1,0 +1,80 @@
+"""Hook specifications: every registered implementation is called in turn.
+
+Implementations live in any installed distribution that declares an entry point
+in the ``metalboot.hooks`` namespace pointing at a module or object with
+functions marked ``@metalboot_framework.hookimpl``. Hooks are told about
+changes after they are committed: a hook that raises is logged and ignored, and
+never undoes or corrupts the change. Only :func:`metalboot_veto_machine` and
+:func:`metalboot_amend_boot_script` influence what happens.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("metalboot")
+
+
+@hookspec
+def metalboot_machine_registered(machine):
+    """A machine was registered.
+
+    :param machine: the machine as the API shows it (a dict, no password).
+    """
+
+
+@hookspec
+def metalboot_machine_updated(machine, changes):
+    """A machine's record changed through the API.
+
+    :param machine: the machine after the change (a dict, no password).
+    :param changes: the names of the fields that changed.
+    """
+
+
+@hookspec
+def metalboot_machine_deleted(machine):
+    """A machine was deleted; ``machine`` is its last state."""
+
+
+@hookspec
+def metalboot_boot_interface_changed(machine, old, new, reason):
+    """A machine's boot interface switched from ``old`` to ``new``.
+
+    Called for a direct change through the API and for a migration that
+    completed; ``reason`` says which. metal-api would record the new boot path.
+    """
+
+
+@hookspec
+def metalboot_migration_state_changed(migration, old, new):
+    """A migration moved from state ``old`` to ``new`` (dicts as in the API)."""
+
+
+@hookspec
+def metalboot_machine_step_changed(machine_id, migration_id, old, new, reason):
+    """A machine in a migration moved from step ``old`` to ``new``."""
+
+
+@hookspec
+def metalboot_veto_machine(machine, migration):
+    """Asked before a migration starts work on a machine.
+
+    Return a reason (a string) to skip the machine, e.g. because metal-api says
+    it is allocated; return ``None`` to let it go on. Every implementation is
+    asked; all reasons given are recorded.
+    """
+
+
+@hookspec
+def metalboot_amend_boot_script(machine, partition, interface, script):
+    """Return a changed boot.ipxe text for ``machine``, or ``None`` to keep it.
+
+    Called in registration order with the script as amended so far.
+    """
+
+
+@hookspec
+def metalboot_event(event):
+    """An event was appended to the history (a dict as in ``GET /v1/events``).
+
+    For notifiers (webhooks, message buses); must not block for long.
+    """

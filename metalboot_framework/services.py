@@ -1,0 +1,189 @@
+"""The objects the API and the conductor share, built once per process."""
+
+import contextlib
+import logging
+import os
+import secrets
+
+import jinja2
+
+from metalboot_framework import hooks as hooks_mod
+from metalboot_framework import loader
+from metalboot_framework.exceptions import NotFound
+from metalboot_framework.store import db as db_mod
+from metalboot_framework.store import models
+from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
+from metalboot_framework.tokens import TokenSigner
+
+LOG = logging.getLogger(__name__)
+
+TEMPLATE_DIR = os.path.join(os.path.dirname(__file__), "templates")
+
+
+class UnitOfWork:
+    """A write transaction plus what to do once it has committed."""
+
+    def __init__(self, session):
+        self.session = session
+        self.events = []
+        self._after = []
+
+    def event(self, kind, message, machine_id=None, migration_id=None, data=None):
+        ev = models.Event(kind=kind, message=message, machine_id=machine_id,
+                          migration_id=migration_id, data=data, created_at=models.utcnow())
+        self.session.add(ev)
+        self.events.append(ev)
+        return ev
+
+    def after(self, fn, *args, **kwargs):
+        self._after.append((fn, args, kwargs))
+
+
+def event_dict(ev):
+    return {"id": ev.id, "kind": ev.kind, "message": ev.message,
+            "machine_id": ev.machine_id, "migration_id": ev.migration_id,
+            "data": ev.data, "created_at": ev.created_at}
+
+
+class Services:
+    def __init__(self, conf, db, interfaces, hooks, tokens):
+        self.conf = conf
+        self.db = db
+        self.interfaces = interfaces
+        self.hooks = hooks
+        self.tokens = tokens
+        loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
+        if conf.artifacts.template_dir:
+            loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
+        self.templates = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+    @classmethod
+    def from_conf(cls, conf, upgrade=None):
+        """Load plugins and hooks, open the database, upgrade its schema."""
+        interfaces = loader.BootInterfaces(conf.enabled_boot_interfaces,
+                                           conf.default_boot_interface)
+        hooks = hooks_mod.Hooks(hooks_mod.make_plugin_manager(conf.disabled_hooks))
+        db = db_mod.Database(conf.database.connection, pool_size=conf.database.pool_size)
+        if conf.database.auto_upgrade if upgrade is None else upgrade:
+            db.upgrade()
+        tokens = TokenSigner.from_state_dir(conf.state_path)
+        return cls(conf, db, interfaces, hooks, tokens)
+
+    # -- tokens for the API -------------------------------------------------
+    def api_tokens(self):
+        """(admin tokens, reader tokens); generates an admin token if none is set."""
+        admin = [t for t in self.conf.api.admin_tokens if t]
+        reader = [t for t in self.conf.api.reader_tokens if t]
+        if not admin and not reader:
+            admin = [self.generated_admin_token()]
+        return admin, reader
+
+    def generated_admin_token(self):
+        path = os.path.join(self.conf.state_path, "admin-token")
+        os.makedirs(self.conf.state_path, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+            LOG.warning("no API tokens configured: generated an admin token in %s", path)
+        with open(path) as f:
+            return f.read().strip()
+
+    # -- transactions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self):
+        """A write transaction; events added to it reach hooks after commit."""
+        with self.db.write() as session:
+            unit = UnitOfWork(session)
+            yield unit
+            session.flush()
+        for ev in unit.events:
+            self.hooks.notify("metalboot_event", event=event_dict(ev))
+        for fn, args, kwargs in unit._after:
+            fn(*args, **kwargs)
+
+    def record_event(self, machine_id, kind, message, data=None, migration_id=None):
+        with self.write() as unit:
+            unit.event(kind, message, machine_id=machine_id, migration_id=migration_id,
+                       data=data)
+
+    # -- URLs and scripts -----------------------------------------------------
+    @property
+    def public_url(self):
+        if self.conf.api.public_url:
+            return self.conf.api.public_url.rstrip("/")
+        host = self.conf.api.host_ip
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.conf.api.port}"
+
+    def artifact_url(self, machine_id, interface, token, name):
+        return f"{self.public_url}/boot/{machine_id}/{interface}/{token}/{name}"
+
+    def partition_artifact_url(self, partition_id, interface, name):
+        return f"{self.public_url}/boot/partitions/{partition_id}/{interface}/{name}"
+
+    def mac_boot_script_url(self, interface, mac_variable="${net0/mac}"):
+        """URL of boot.ipxe looked up by MAC, for scripts shared by a partition.
+
+        ``mac_variable`` is left for iPXE to expand. The server answers only for
+        a machine whose boot interface, or active migration's target, is
+        ``interface``; the fetch counts as evidence like the per-machine URL.
+        """
+        return f"{self.public_url}/boot/mac/{mac_variable}/{interface}/boot.ipxe"
+
+    def report_url(self, machine_id):
+        return f"{self.public_url}/v1/machines/{machine_id}/boot-report"
+
+    def render_boot_script(self, machine, partition, interface, token):
+        template = self.templates.get_template(self.conf.artifacts.boot_script_template)
+        script = template.render(machine=machine, partition=partition, interface=interface,
+                                 token=token, report_url=self.report_url(machine.id),
+                                 public_url=self.public_url)
+        for plugin, amended in self.hooks.collect(
+                "metalboot_amend_boot_script", machine=machine, partition=partition,
+                interface=interface, script=script):
+            if isinstance(amended, str):
+                script = amended
+            else:
+                LOG.error("hook plugin %s returned %s from metalboot_amend_boot_script, "
+                          "not a string; ignored", plugin, type(amended).__name__)
+        return script
+
+    # -- snapshots and tasks -----------------------------------------------------
+    def snapshot(self, session, machine_id):
+        machine = session.get(models.Machine, machine_id)
+        if machine is None:
+            raise NotFound(f"machine {machine_id} not found")
+        nics = session.query(models.Nic).filter_by(machine_id=machine_id) \
+            .order_by(models.Nic.position).all()
+        partition = session.get(models.Partition, machine.partition_id)
+        return machine_info(machine, nics), partition_info(partition)
+
+    def task(self, machine_id, interface, migration_id=None):
+        with self.db.read() as session:
+            machine, partition = self.snapshot(session, machine_id)
+        return BootTask(self, machine, partition, interface, migration_id=migration_id)
+
+
+def machine_info(machine, nics):
+    return MachineInfo(
+        id=machine.id, partition_id=machine.partition_id,
+        bmc=BmcInfo(machine.bmc_address, machine.bmc_username, machine.bmc_password,
+                    machine.bmc_verify_tls),
+        nics=tuple(NicInfo(n.mac, n.duid, n.ipv4_address, n.ipv6_address) for n in nics),
+        boot_interface=machine.boot_interface, boot_mode=machine.boot_mode,
+        state=machine.state, properties=dict(machine.properties or {}),
+        token_generation=machine.token_generation)
+
+
+def partition_info(p):
+    return PartitionInfo(id=p.id, kernel_url=p.kernel_url, initrd_url=p.initrd_url,
+                         cmdline=p.cmdline or "", metal_boot_url=p.metal_boot_url,
+                         metal_hammer_version=p.metal_hammer_version,
+                         properties=dict(p.properties or {}))

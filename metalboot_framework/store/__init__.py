@@ -1,0 +1,1 @@
+"""Persistent state: SQLAlchemy models, sessions, and alembic migrations."""

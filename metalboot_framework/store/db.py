@@ -1,0 +1,89 @@
+"""Engine, sessions and schema upgrades.
+
+SQLite gets WAL, a busy timeout, and writes that take the write lock at BEGIN
+(BEGIN IMMEDIATE), so that a read-then-write transaction waits for another
+writer instead of failing with "database is locked". Reads use a second engine
+with ordinary deferred transactions so they never queue behind writers.
+"""
+
+import contextlib
+import os
+
+import alembic.command
+import alembic.config
+import sqlalchemy
+from sqlalchemy import event as sa_event
+from sqlalchemy.orm import sessionmaker
+
+MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+
+
+class Database:
+    def __init__(self, url, pool_size=10):
+        self.url = sqlalchemy.engine.make_url(url)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if self.url.database and self.url.database != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(self.url.database)),
+                            exist_ok=True)
+            self.write_engine = self._sqlite_engine(immediate=True)
+            self.read_engine = self._sqlite_engine(immediate=False)
+        else:
+            self.write_engine = sqlalchemy.create_engine(
+                self.url, pool_size=pool_size, max_overflow=pool_size * 2,
+                pool_pre_ping=True)
+            self.read_engine = self.write_engine
+        self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    def _sqlite_engine(self, immediate):
+        engine = sqlalchemy.create_engine(
+            self.url, connect_args={"check_same_thread": False, "timeout": 60})
+
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.close()
+
+        @sa_event.listens_for(engine, "begin")
+        def _on_begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    @contextlib.contextmanager
+    def write(self):
+        """A session in a transaction that commits on success."""
+        with self._write.begin() as session:
+            yield session
+
+    @contextlib.contextmanager
+    def read(self):
+        with self._read() as session:
+            yield session
+
+    def alembic_config(self, connection):
+        cfg = alembic.config.Config()
+        cfg.set_main_option("script_location", MIGRATIONS_DIR)
+        cfg.attributes["connection"] = connection
+        return cfg
+
+    def upgrade(self, revision="head"):
+        with self.write_engine.connect() as connection:
+            alembic.command.upgrade(self.alembic_config(connection), revision)
+            connection.commit()
+
+    def current_revision(self):
+        from alembic.runtime.migration import MigrationContext
+        with self.read_engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def dispose(self):
+        self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            self.read_engine.dispose()

@@ -1,0 +1,169 @@
+"""Tables. Schema changes go through an alembic revision in migrations/versions."""
+
+import datetime
+
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index,
+                        Integer, String, Text)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Partition(Base):
+    """A failure domain with one boot configuration; it may change any time."""
+
+    __tablename__ = "partitions"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    kernel_url: Mapped[str | None] = mapped_column(Text)
+    initrd_url: Mapped[str | None] = mapped_column(Text)
+    cmdline: Mapped[str] = mapped_column(Text, default="")
+    metal_boot_url: Mapped[str | None] = mapped_column(Text)
+    metal_hammer_version: Mapped[str | None] = mapped_column(String(128))
+    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+
+class Machine(Base):
+    """A bare-metal server, keyed by metal-api's machine UUID."""
+
+    __tablename__ = "machines"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("partitions.id", ondelete="RESTRICT"), index=True)
+    bmc_address: Mapped[str | None] = mapped_column(Text)
+    bmc_username: Mapped[str | None] = mapped_column(String(255))
+    bmc_password: Mapped[str | None] = mapped_column(Text)  # write-only in the API
+    bmc_verify_tls: Mapped[bool] = mapped_column(Boolean, default=True)
+    boot_interface: Mapped[str] = mapped_column(String(64), index=True)
+    boot_mode: Mapped[str] = mapped_column(String(8), default="uefi")
+    state: Mapped[str] = mapped_column(String(32), default="ready", index=True)
+    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    # Lock: the conductor (or API process) that holds the machine, and since when.
+    reservation: Mapped[str | None] = mapped_column(String(255))
+    reserved_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    # Bumping the generation revokes every token issued to the machine before.
+    token_generation: Mapped[int] = mapped_column(Integer, default=1)
+    drift: Mapped[list | None] = mapped_column(JSON)
+    drift_checked_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+
+class Nic(Base):
+    """A network interface; its MAC (and DUID) identify the machine to DHCP."""
+
+    __tablename__ = "nics"
+
+    mac: Mapped[str] = mapped_column(String(17), primary_key=True)
+    machine_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("machines.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    duid: Mapped[str | None] = mapped_column(String(400), unique=True)
+    ipv4_address: Mapped[str | None] = mapped_column(String(15))
+    ipv6_address: Mapped[str | None] = mapped_column(String(39))
+
+
+class Event(Base):
+    """Append-only history; the id is the cursor of GET /v1/events."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    machine_id: Mapped[str | None] = mapped_column(String(64))
+    migration_id: Mapped[str | None] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict | None] = mapped_column(JSON)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+
+    __table_args__ = (
+        Index("ix_events_machine", "machine_id", "id"),
+        Index("ix_events_migration", "migration_id", "id"),
+    )
+
+
+class BootEvidence(Base):
+    """Each artifact fetch and boot report, with time and client address."""
+
+    __tablename__ = "boot_evidence"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    machine_id: Mapped[str] = mapped_column(String(64))
+    interface: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # fetch | report
+    path: Mapped[str] = mapped_column(Text, default="")
+    client_address: Mapped[str | None] = mapped_column(String(64))
+    data: Mapped[dict | None] = mapped_column(JSON)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+
+    __table_args__ = (Index("ix_boot_evidence_machine", "machine_id", "id"),)
+
+
+class Conductor(Base):
+    """A live (or dead) conductor process and its heartbeat."""
+
+    __tablename__ = "conductors"
+
+    hostname: Mapped[str] = mapped_column(String(255), primary_key=True)
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    online: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class Migration(Base):
+    """A request to move a set of machines to another boot interface."""
+
+    __tablename__ = "migrations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    target_boot_interface: Mapped[str] = mapped_column(String(64))
+    selector: Mapped[dict] = mapped_column(JSON)
+    options: Mapped[dict] = mapped_column(JSON)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text)
+    report: Mapped[dict | None] = mapped_column(JSON)  # dry-run results
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+
+class MigrationMachine(Base):
+    """One machine's progress through one migration (its state machine)."""
+
+    __tablename__ = "migration_machines"
+
+    migration_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("migrations.id", ondelete="CASCADE"), primary_key=True)
+    machine_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    canary: Mapped[bool] = mapped_column(Boolean, default=False)
+    source_boot_interface: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32), default="queued")
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    activated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    deadline: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    evidence_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    owner: Mapped[str | None] = mapped_column(String(255))
+    started_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (
+        Index("ix_migration_machines_state", "migration_id", "state", "position"),
+        Index("ix_migration_machines_machine", "machine_id"),
+    )

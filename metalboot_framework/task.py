@@ -1,0 +1,90 @@
+"""What a boot interface sees of one machine: a read-only snapshot and services.
+
+Plugins get a :class:`BootTask`, never a database object, so that a plugin call
+that takes minutes (a BMC reset) holds no database session and cannot write
+to the machine record behind the conductor's back.
+"""
+
+import dataclasses
+from typing import Any, Mapping, Optional, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class BmcInfo:
+    address: Optional[str]
+    username: Optional[str]
+    password: Optional[str] = dataclasses.field(repr=False)
+    verify_tls: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class NicInfo:
+    mac: str
+    duid: Optional[str] = None
+    ipv4_address: Optional[str] = None
+    ipv6_address: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineInfo:
+    id: str
+    partition_id: str
+    bmc: BmcInfo
+    nics: Sequence[NicInfo]
+    boot_interface: str
+    boot_mode: str
+    state: str
+    properties: Mapping[str, Any]
+    token_generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionInfo:
+    id: str
+    kernel_url: Optional[str]
+    initrd_url: Optional[str]
+    cmdline: str
+    metal_boot_url: Optional[str]
+    metal_hammer_version: Optional[str]
+    properties: Mapping[str, Any]
+
+
+class BootTask:
+    """One machine, one boot interface, and the services a plugin may use."""
+
+    def __init__(self, services, machine: MachineInfo, partition: PartitionInfo,
+                 interface: str, migration_id: Optional[str] = None):
+        self.services = services
+        self.machine = machine
+        self.partition = partition
+        self.interface = interface
+        self.migration_id = migration_id
+
+    @property
+    def conf(self):
+        return self.services.conf
+
+    @property
+    def token(self):
+        """The machine's current per-machine token."""
+        return self.services.tokens.machine_token(
+            self.machine.id, self.machine.token_generation)
+
+    def artifact_url(self, name, interface=None):
+        """The URL of artifact ``name`` unique to this machine and interface.
+
+        A fetch of it is recorded as boot evidence for ``interface`` (default:
+        the task's interface).
+        """
+        return self.services.artifact_url(self.machine.id, interface or self.interface,
+                                          self.token, name)
+
+    def boot_script(self):
+        """The machine's boot.ipxe as it would be served for this interface."""
+        return self.services.render_boot_script(self.machine, self.partition,
+                                                self.interface, self.token)
+
+    def record_event(self, kind, message, **data):
+        """Append an event to the machine's history (committed at once)."""
+        self.services.record_event(self.machine.id, kind, message, data=data or None,
+                                   migration_id=self.migration_id)

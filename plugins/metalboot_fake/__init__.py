@@ -1,0 +1,1 @@
+"""The ``fake`` boot interface: for tests and demos, touches no real machine."""

@@ -1,0 +1,107 @@
+"""``fake``: records every call and boots only when a simulated machine says so.
+
+Like Ironic's fake hardware type, it touches no BMC and no DHCP server. Each
+call is appended to the machine's event history (kind ``fake.<step>``) and to
+:attr:`FakeBootInterface.calls`. Evidence comes from a simulated machine that
+fetches the machine's boot.ipxe URL or posts a boot report, or, with the
+machine property ``fake_autoboot``, from the plugin itself fetching that URL
+over HTTP after activation, as a machine's firmware would.
+
+Machine properties it reads:
+
+- ``fake_fail``: mapping of step name to an error message; that step raises.
+- ``fake_delay``: seconds every call sleeps (a slow BMC).
+- ``fake_autoboot``: after ``activate``, fetch the boot.ipxe URL in a thread.
+- ``fake_boot_delay``: seconds between activate and that fetch.
+"""
+
+import logging
+import threading
+import time
+
+import requests
+from oslo_config import cfg
+
+from metalboot_framework.boot_interface import BootInterface, Capability, Property
+from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
+
+LOG = logging.getLogger(__name__)
+
+opts = [
+    cfg.BoolOpt("record_events", default=True,
+                help="Append each fake call to the machine's event history."),
+    cfg.FloatOpt("autoboot_timeout", default=10.0,
+                 help="HTTP timeout of a simulated boot's fetch."),
+]
+cfg.CONF.register_opts(opts, group="fake")
+
+
+def list_opts():
+    return [("fake", opts)]
+
+
+class FakeBootInterface(BootInterface):
+    """Fake boot interface for tests and demos; touches no real machine."""
+
+    capabilities = frozenset({Capability.SIMULATED, Capability.BIOS, Capability.IPV4,
+                              Capability.IPV6})
+
+    def __init__(self):
+        self.calls = []
+        self._lock = threading.Lock()
+
+    def get_properties(self):
+        return {
+            "fake_fail": Property("Mapping step name -> error message; that step fails."),
+            "fake_delay": Property("Seconds each call sleeps, to simulate a slow BMC."),
+            "fake_autoboot": Property("Simulate the machine: fetch boot.ipxe after "
+                                      "activate."),
+            "fake_boot_delay": Property("Seconds from activate to the simulated fetch."),
+        }
+
+    def _call(self, step, task):
+        with self._lock:
+            self.calls.append((step, task.machine.id))
+        delay = float(task.machine.properties.get("fake_delay") or 0)
+        if delay:
+            time.sleep(delay)
+        if task.conf.fake.record_events:
+            task.record_event(f"fake.{step}", f"fake {step} called",
+                              interface=self.name)
+        failure = (task.machine.properties.get("fake_fail") or {}).get(step)
+        if failure:
+            raise (ValidationFailed if step == "validate" else BootInterfaceError)(
+                f"fake {step} failed for machine {task.machine.id}: {failure}")
+
+    def validate(self, task):
+        fail = task.machine.properties.get("fake_fail")
+        if fail is not None and not isinstance(fail, dict):
+            raise ValidationFailed("property fake_fail must be a mapping of step to message",
+                                   fields={"properties.fake_fail": ["must be an object"]})
+        self._call("validate", task)
+
+    def prepare(self, task):
+        self._call("prepare", task)
+
+    def activate(self, task):
+        self._call("activate", task)
+        if task.machine.properties.get("fake_autoboot"):
+            url = task.artifact_url("boot.ipxe")
+            delay = float(task.machine.properties.get("fake_boot_delay") or 0)
+            threading.Thread(target=self._boot, args=(url, delay, task.conf.fake.autoboot_timeout),
+                             daemon=True, name=f"fake-boot-{task.machine.id}").start()
+
+    @staticmethod
+    def _boot(url, delay, timeout):
+        time.sleep(delay)
+        try:
+            requests.get(url, timeout=timeout).raise_for_status()
+        except requests.RequestException as exc:
+            LOG.warning("simulated boot fetch of %s failed: %s", url, exc)
+
+    def clean_up(self, task):
+        self._call("clean_up", task)
+
+    def check_drift(self, task):
+        drift = task.machine.properties.get("fake_drift")
+        return [str(drift)] if drift else []
