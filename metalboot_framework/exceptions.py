@@ -44,3 +44,36 @@ class ValidationFailed(BootInterfaceError):
 
 class MachineLocked(Conflict):
     """Another writer holds the machine's lock."""
+
+
+class BmcError(BootInterfaceError):
+    """A BMC call failed; the message names the BMC, the system and the call.
+
+    ``address``, ``system`` and ``operation`` (the Redfish property or action,
+    e.g. ``Boot.HttpBootUri`` or ``ComputerSystem.Reset``) are kept as
+    attributes too. The message never contains the BMC password.
+    """
+
+    code = 502
+
+    def __init__(self, message, address=None, system=None, operation=None,
+                 status_code=None, fields=None):
+        super().__init__(message, fields=fields)
+        self.address = address
+        self.system = system
+        self.operation = operation
+        self.status_code = status_code
+
+
+class BmcConnectionError(BmcError):
+    """The BMC did not answer (refused, timed out) even after retries."""
+
+
+class BmcAuthError(BmcError):
+    """The BMC refused the credentials (HTTP 401/403)."""
+
+
+class BmcUnsupported(BmcError):
+    """The BMC or system lacks the property, value or action asked for."""
+
+    code = 422

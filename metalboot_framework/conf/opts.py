@@ -1,10 +1,10 @@
 """Every core option, for oslo-config-generator (entry point oslo.config.opts)."""
 
-from metalboot_framework.conf import api, artifacts, conductor, database, default
+from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default
 
 
 def list_opts():
     result = []
-    for module in (default, api, database, conductor, artifacts):
+    for module in (default, api, database, conductor, artifacts, bmc):
         result.extend(module.list_opts())
     return result

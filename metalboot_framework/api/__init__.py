@@ -1,0 +1,39 @@
+"""The REST API: a Flask app factory and one blueprint per resource."""
+
+import logging
+import re
+import uuid
+
+from flask import Flask, g, request
+
+from metalboot_framework.api import boot, boot_interfaces, errors, machines, partitions, root
+
+LOG = logging.getLogger(__name__)
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, machines.bp, boot.bp)
+
+
+def create_app(services, extra_blueprints=()):
+    """Build the WSGI app around ``services`` (see metalboot_framework.services)."""
+    app = Flask("metalboot_framework")
+    app.config["MAX_CONTENT_LENGTH"] = services.conf.api.max_request_body_size
+    app.config["METALBOOT_TOKENS"] = services.api_tokens()
+    app.json.sort_keys = False
+    app.extensions["metalboot"] = services
+    for bp in BLUEPRINTS + tuple(extra_blueprints):
+        app.register_blueprint(bp)
+    errors.register(app)
+
+    @app.before_request
+    def _request_id():
+        given = request.headers.get("X-Request-Id", "")
+        g.request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+
+    @app.after_request
+    def _headers(response):
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        return response
+
+    return app

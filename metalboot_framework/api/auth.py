@@ -1,0 +1,53 @@
+"""Bearer tokens with two roles: ``reader`` may read, ``admin`` may change."""
+
+import hmac
+
+from flask import current_app, request
+
+from metalboot_framework.exceptions import MetalbootError
+
+
+class Unauthorized(MetalbootError):
+    code = 401
+
+
+class Forbidden(MetalbootError):
+    code = 403
+
+
+def _matches(token, candidates):
+    found = False
+    for candidate in candidates:
+        # compare against every candidate: the time taken says nothing
+        found |= hmac.compare_digest(token.encode(), candidate.encode())
+    return found
+
+
+def bearer_token():
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def role_of(token):
+    admin, reader = current_app.config["METALBOOT_TOKENS"]
+    if _matches(token, admin):
+        return "admin"
+    if _matches(token, reader):
+        return "reader"
+    return None
+
+
+def require(role):
+    """Raise 401 without a known token, 403 when its role is not enough."""
+    token = bearer_token()
+    if token is None:
+        raise Unauthorized("this endpoint needs a bearer token (Authorization: Bearer ...)")
+    have = role_of(token)
+    if have is None:
+        raise Unauthorized("unknown token")
+    if role == "admin" and have != "admin":
+        raise Forbidden("this endpoint needs an admin token; the token given is a reader's")
+    return have

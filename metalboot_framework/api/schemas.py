@@ -1,0 +1,374 @@
+"""Marshmallow schemas: the one source of request validation and of the OpenAPI document.
+
+Request schemas reject unknown fields; response schemas describe what the API
+returns (the handlers build plain dicts of that shape; tests check them against
+the served OpenAPI document).
+"""
+
+import ipaddress
+import re
+import urllib.parse
+import uuid
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
+
+MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
+DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+BOOT_MODES = ("uefi", "bios")
+SETTABLE_STATES = ("ready", "maintenance")
+MACHINE_STATES = ("ready", "migrating", "maintenance", "error")
+
+
+class StrictSchema(Schema):
+    class Meta:
+        unknown = RAISE
+
+
+class MacAddress(fields.String):
+    """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
+
+    default_error_messages = {"invalid_mac": "Not a valid MAC address (expected aa:bb:cc:dd:ee:ff)."}
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not MAC_RE.match(value):
+            raise self.make_error("invalid_mac")
+        mac = value.lower().replace("-", ":")
+        first = int(mac[:2], 16)
+        if first & 1:
+            raise ValidationError("Not a unicast MAC address (multicast bit set).")
+        if mac == "00:00:00:00:00:00":
+            raise ValidationError("The all-zero MAC address is not a NIC's address.")
+        return mac
+
+
+class Duid(fields.String):
+    """A DHCPv6 DUID in hex, with or without ':'; stored lowercase with ':'."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not DUID_RE.match(value) or (":" in value and not re.match(
+                r"^[0-9a-f]{2}(:[0-9a-f]{2})+$", value, re.I)):
+            raise ValidationError("Not a valid DUID (hex octets, e.g. 00:01:00:01:...).")
+        raw = value.replace(":", "").lower()
+        octets = [raw[i:i + 2] for i in range(0, len(raw), 2)]
+        if not 3 <= len(octets) <= 130:
+            raise ValidationError("A DUID has 3 to 130 octets.")
+        return ":".join(octets)
+
+
+class HttpUrl(fields.String):
+    """An absolute http(s) URL."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs).strip()
+        try:
+            parsed = urllib.parse.urlsplit(value)
+            parsed.port  # noqa: B018  (raises on a bad port)
+        except ValueError as exc:
+            raise ValidationError(f"Not a valid URL: {exc}.")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValidationError("Not a valid http(s) URL.")
+        return value
+
+
+class BmcAddress(fields.String):
+    """A BMC: host, host:port, [v6]:port, or http(s)://host[:port]; stored as a URL."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not value:
+            raise ValidationError("Must not be empty.")
+        url = value if "://" in value else f"https://{value}"
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            parsed.port  # noqa: B018
+        except ValueError as exc:
+            raise ValidationError(f"Not a valid BMC address: {exc}.")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValidationError("Not a valid BMC address (host, host:port or http(s) URL).")
+        if any(c.isspace() for c in url):
+            raise ValidationError("A BMC address contains no white space.")
+        return url.rstrip("/")
+
+
+class Ipv4(fields.String):
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return str(ipaddress.IPv4Address(value))
+        except ValueError:
+            raise ValidationError("Not a valid IPv4 address.")
+
+
+class Ipv6(fields.String):
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return str(ipaddress.IPv6Address(value))
+        except ValueError:
+            raise ValidationError("Not a valid IPv6 address.")
+
+
+class MachineId(fields.String):
+    """metal-api's machine UUID; stored in canonical lowercase form."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            raise ValidationError("Not a valid UUID.")
+
+
+# -- partitions ---------------------------------------------------------------
+
+class BootConfigSchema(StrictSchema):
+    kernel_url = HttpUrl(allow_none=True, metadata={"description": "Kernel (metal-hammer) URL."})
+    initrd_url = HttpUrl(allow_none=True, metadata={"description": "Initrd URL."})
+    cmdline = fields.String(validate=validate.Length(max=4096),
+                            metadata={"description": "Kernel command line."})
+    metal_boot_url = HttpUrl(allow_none=True,
+                             metadata={"description": "Base URL of metal-boot in the partition."})
+    metal_hammer_version = fields.String(allow_none=True, validate=validate.Length(max=128))
+
+
+class PartitionCreateSchema(StrictSchema):
+    id = fields.String(required=True, validate=validate.Regexp(NAME_RE, error="Must match "
+                       + NAME_RE + "."))
+    description = fields.String(validate=validate.Length(max=4096))
+    boot = fields.Nested(BootConfigSchema)
+    properties = fields.Dict(keys=fields.String())
+
+
+class PartitionPatchSchema(StrictSchema):
+    description = fields.String(validate=validate.Length(max=4096))
+    boot = fields.Nested(BootConfigSchema, metadata={
+        "description": "Fields given replace those stored; others stay."})
+    properties = fields.Dict(keys=fields.String())
+
+
+class PartitionSchema(Schema):
+    id = fields.String()
+    description = fields.String()
+    boot = fields.Nested(BootConfigSchema)
+    properties = fields.Dict()
+    machine_count = fields.Integer()
+    created_at = fields.String()
+    updated_at = fields.String(allow_none=True)
+
+
+class PartitionListSchema(Schema):
+    partitions = fields.List(fields.Nested(PartitionSchema))
+
+
+# -- machines -----------------------------------------------------------------
+
+class BmcInSchema(StrictSchema):
+    address = BmcAddress(required=True)
+    username = fields.String(validate=validate.Length(max=255))
+    password = fields.String(load_only=True, validate=validate.Length(max=1024),
+                             metadata={"description": "Write-only: never returned."})
+    verify_tls = fields.Boolean()
+
+
+class BmcPatchSchema(BmcInSchema):
+    address = BmcAddress()
+
+
+class BmcOutSchema(Schema):
+    address = fields.String()
+    username = fields.String(allow_none=True)
+    verify_tls = fields.Boolean()
+    password_set = fields.Boolean()
+
+
+class NicSchema(StrictSchema):
+    mac = MacAddress(required=True)
+    duid = Duid(allow_none=True, metadata={"description": "DHCPv6 DUID of the NIC's firmware."})
+    ipv4_address = Ipv4(allow_none=True)
+    ipv6_address = Ipv6(allow_none=True)
+
+
+def _unique_nics(nics):
+    for key in ("mac", "duid"):
+        seen = set()
+        for nic in nics:
+            value = nic.get(key)
+            if value is None:
+                continue
+            if value in seen:
+                raise ValidationError(f"{key} {value} is given twice.", "nics")
+            seen.add(value)
+
+
+class MachineCreateSchema(StrictSchema):
+    id = MachineId(required=True, metadata={"description": "metal-api's machine UUID."})
+    partition = fields.String(required=True, validate=validate.Regexp(NAME_RE))
+    bmc = fields.Nested(BmcInSchema, allow_none=True)
+    nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
+    boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
+        "description": "Defaults to [DEFAULT] default_boot_interface."})
+    boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
+    properties = fields.Dict(keys=fields.String())
+
+    @validates_schema
+    def _check(self, data, **kwargs):
+        _unique_nics(data.get("nics") or [])
+
+
+class MachinePatchSchema(StrictSchema):
+    partition = fields.String(validate=validate.Regexp(NAME_RE))
+    bmc = fields.Nested(BmcPatchSchema, allow_none=True)
+    nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
+                       metadata={"description": "Replaces all NICs."})
+    boot_interface = fields.String(validate=validate.Length(min=1, max=64))
+    boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
+    state = fields.String(validate=validate.OneOf(SETTABLE_STATES), metadata={
+        "description": "ready, or maintenance to keep migrations off the machine; "
+                       "setting ready clears error."})
+    properties = fields.Dict(keys=fields.String(), metadata={"description": "Replaces all."})
+
+    @validates_schema
+    def _check(self, data, **kwargs):
+        if not data:
+            raise ValidationError("Give at least one field to change.", "_schema")
+        _unique_nics(data.get("nics") or [])
+
+
+class LockSchema(Schema):
+    holder = fields.String()
+    since = fields.String()
+
+
+class MachineMigrationSchema(Schema):
+    id = fields.String()
+    step = fields.String()
+    target_boot_interface = fields.String()
+    last_error = fields.String(allow_none=True)
+
+
+class MachineSchema(Schema):
+    id = fields.String()
+    partition = fields.String()
+    bmc = fields.Nested(BmcOutSchema, allow_none=True)
+    nics = fields.List(fields.Nested(NicSchema))
+    boot_interface = fields.String()
+    boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
+    state = fields.String(validate=validate.OneOf(MACHINE_STATES))
+    properties = fields.Dict()
+    lock = fields.Nested(LockSchema, allow_none=True)
+    migration = fields.Nested(MachineMigrationSchema, allow_none=True)
+    drift = fields.List(fields.String(), allow_none=True)
+    drift_checked_at = fields.String(allow_none=True)
+    created_at = fields.String()
+    updated_at = fields.String(allow_none=True)
+
+
+class MachineListSchema(Schema):
+    machines = fields.List(fields.Nested(MachineSchema))
+    next_marker = fields.String(allow_none=True, metadata={
+        "description": "Pass as marker to get the next page; null on the last page."})
+
+
+class MachineCreatedSchema(Schema):
+    machines = fields.List(fields.Nested(MachineSchema))
+    count = fields.Integer()
+
+
+class MachineListQuerySchema(StrictSchema):
+    partition = fields.String(validate=validate.Length(max=128))
+    boot_interface = fields.String(validate=validate.Length(max=64))
+    state = fields.String(validate=validate.OneOf(MACHINE_STATES))
+    limit = fields.Integer(validate=validate.Range(min=1))
+    marker = fields.String(validate=validate.Length(max=64), metadata={
+        "description": "Id of the last machine of the previous page."})
+
+
+class ValidateRequestSchema(StrictSchema):
+    boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
+        "description": "Defaults to the machine's current boot interface."})
+
+
+class ValidateResultSchema(Schema):
+    machine_id = fields.String()
+    boot_interface = fields.String()
+    valid = fields.Boolean()
+    reason = fields.String(allow_none=True)
+    fields_ = fields.Dict(data_key="fields")
+
+
+# -- events -------------------------------------------------------------------
+
+class EventSchema(Schema):
+    id = fields.Integer()
+    kind = fields.String()
+    message = fields.String()
+    machine_id = fields.String(allow_none=True)
+    migration_id = fields.String(allow_none=True)
+    data = fields.Dict(allow_none=True)
+    created_at = fields.String()
+
+
+class EventListSchema(Schema):
+    events = fields.List(fields.Nested(EventSchema))
+    next_cursor = fields.Integer(metadata={
+        "description": "Pass as since= to get the events after these."})
+
+
+class EventQuerySchema(StrictSchema):
+    since = fields.Integer(validate=validate.Range(min=0), load_default=0)
+    limit = fields.Integer(validate=validate.Range(min=1))
+
+
+# -- boot interfaces ----------------------------------------------------------
+
+class PropertyDocSchema(Schema):
+    description = fields.String()
+    required = fields.Boolean()
+
+
+class BootInterfaceSchema(Schema):
+    name = fields.String()
+    description = fields.String()
+    default = fields.Boolean()
+    capabilities = fields.List(fields.String())
+    properties = fields.Dict(keys=fields.String(), values=fields.Nested(PropertyDocSchema))
+    evidence_artifacts = fields.List(fields.String())
+    accepts_boot_report = fields.Boolean()
+
+
+class BootInterfaceListSchema(Schema):
+    boot_interfaces = fields.List(fields.Nested(BootInterfaceSchema))
+
+
+class BootReportSchema(StrictSchema):
+    boot_interface = fields.String(required=True, validate=validate.Length(min=1, max=64),
+                                   metadata={"description": "The interface the machine "
+                                             "booted through (METAL_BOOT_INTERFACE)."})
+    message = fields.String(validate=validate.Length(max=4096))
+    token = fields.String(validate=validate.Length(max=256), metadata={
+        "description": "The per-machine token, if not sent as a bearer token."})
+
+
+class BootReportResultSchema(Schema):
+    machine_id = fields.String()
+    evidence_id = fields.Integer()
+
+
+class RootSchema(Schema):
+    name = fields.String()
+    version = fields.String()
+    links = fields.Dict()
+
+
+class ErrorBodySchema(Schema):
+    code = fields.Integer()
+    message = fields.String()
+    fields_ = fields.Dict(data_key="fields")
+
+
+class ErrorSchema(Schema):
+    error = fields.Nested(ErrorBodySchema)

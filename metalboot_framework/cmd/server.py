@@ -1,0 +1,88 @@
+"""metalboot-server: the REST API, the artifact server and a conductor in one process."""
+
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+
+import waitress
+
+from metalboot_framework.api import create_app
+from metalboot_framework.cmd import common
+from metalboot_framework.conductor.manager import Conductor
+from metalboot_framework.conf import CONF
+from metalboot_framework.exceptions import PluginLoadError
+from metalboot_framework.services import Services
+
+LOG = logging.getLogger(__name__)
+
+
+def is_loopback(host):
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(info[4][0]).is_loopback
+                       for info in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+def check_listen_address():
+    if not is_loopback(CONF.api.host_ip) and not [t for t in CONF.api.admin_tokens if t]:
+        common.fail(f"refusing to listen on {CONF.api.host_ip}, which is not a loopback "
+                    f"address, without [api] admin_tokens configured")
+
+
+def load_services():
+    try:
+        return Services.from_conf(CONF)
+    except PluginLoadError as exc:
+        common.fail(str(exc))
+    except Exception as exc:
+        common.fail(f"cannot start: {type(exc).__name__}: {exc}")
+
+
+def main(argv=None):
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      "Run the metalboot API, artifact server and conductor.")
+    common.setup_logging()
+    check_listen_address()
+    services = load_services()
+    app = create_app(services)
+    conductor = Conductor(services)
+    try:
+        server = waitress.create_server(
+            app, host=CONF.api.host_ip, port=CONF.api.port, threads=CONF.api.threads,
+            connection_limit=CONF.api.connection_limit, ident="metalboot",
+            clear_untrusted_proxy_headers=True, channel_timeout=120)
+    except OSError as exc:
+        common.fail(f"cannot listen on {CONF.api.host_ip}:{CONF.api.port}: {exc.strerror}")
+
+    def _terminate(signum, _frame):
+        LOG.info("received %s, shutting down", signal.Signals(signum).name)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    conductor.start()
+    tokens = "configured tokens" if (CONF.api.admin_tokens or CONF.api.reader_tokens) else \
+        f"the admin token in {CONF.state_path}/admin-token"
+    LOG.info("metalboot-server listening on http://%s:%s (boot interfaces: %s; API needs %s)",
+             server.effective_host, server.effective_port,
+             ", ".join(services.interfaces.names()), tokens)
+    try:
+        server.run()
+    except SystemExit:
+        pass
+    finally:
+        server.close()
+        conductor.stop()
+        services.db.dispose()
+        LOG.info("metalboot-server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

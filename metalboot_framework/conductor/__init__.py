@@ -1,0 +1,1 @@
+"""The conductor: runs migrations machine by machine and keeps the fleet in check."""

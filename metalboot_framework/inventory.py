@@ -1,0 +1,440 @@
+"""Partitions and machines: registration, changes and their history.
+
+Every change is one write transaction that also appends the events it causes;
+hooks hear of it only after the commit. A machine whose lock is held by a
+conductor, or that is in an active migration, refuses conflicting changes
+with 409 instead of waiting.
+"""
+
+from sqlalchemy import delete, func, insert, select, update
+
+from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
+from metalboot_framework.store import models
+
+ACTIVE_MIGRATION_STEPS = ("queued", "validating", "preparing", "activating", "awaiting_boot",
+                          "verifying", "rolling_back")
+
+
+def iso(value):
+    if value is None:
+        return None
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+
+
+# -- partitions ---------------------------------------------------------------
+
+BOOT_FIELDS = ("kernel_url", "initrd_url", "cmdline", "metal_boot_url", "metal_hammer_version")
+
+
+def partition_dict(p, machine_count=None):
+    out = {"id": p.id, "description": p.description or "",
+           "boot": {f: getattr(p, f) for f in BOOT_FIELDS},
+           "properties": p.properties or {}, "created_at": iso(p.created_at),
+           "updated_at": iso(p.updated_at)}
+    out["boot"]["cmdline"] = out["boot"]["cmdline"] or ""
+    if machine_count is not None:
+        out["machine_count"] = machine_count
+    return out
+
+
+def list_partitions(services):
+    with services.db.read() as s:
+        counts = dict(s.execute(select(models.Machine.partition_id, func.count())
+                                .group_by(models.Machine.partition_id)).all())
+        return [partition_dict(p, counts.get(p.id, 0))
+                for p in s.scalars(select(models.Partition).order_by(models.Partition.id))]
+
+
+def get_partition(services, partition_id):
+    with services.db.read() as s:
+        p = s.get(models.Partition, partition_id)
+        if p is None:
+            raise NotFound(f"partition {partition_id} not found")
+        count = s.scalar(select(func.count()).select_from(models.Machine)
+                         .where(models.Machine.partition_id == partition_id))
+        return partition_dict(p, count)
+
+
+def create_partition(services, data):
+    with services.write() as unit:
+        if unit.session.get(models.Partition, data["id"]) is not None:
+            raise Conflict(f"partition {data['id']} exists already",
+                           fields={"id": ["exists already"]})
+        p = models.Partition(id=data["id"], description=data.get("description", ""),
+                             properties=data.get("properties") or {},
+                             created_at=models.utcnow(), cmdline="")
+        for key, value in (data.get("boot") or {}).items():
+            setattr(p, key, value if value is not None or key != "cmdline" else "")
+        unit.session.add(p)
+        unit.event("partition.created", f"partition {p.id} created",
+                   data={"partition": p.id})
+    return get_partition(services, data["id"])
+
+
+def update_partition(services, partition_id, data):
+    with services.write() as unit:
+        p = unit.session.get(models.Partition, partition_id)
+        if p is None:
+            raise NotFound(f"partition {partition_id} not found")
+        if "description" in data:
+            p.description = data["description"]
+        if "properties" in data:
+            p.properties = data["properties"]
+        for key, value in (data.get("boot") or {}).items():
+            setattr(p, key, value if value is not None or key != "cmdline" else "")
+        p.updated_at = models.utcnow()
+        unit.event("partition.updated", f"partition {p.id} updated",
+                   data={"partition": p.id, "changed": sorted(data)})
+    return get_partition(services, partition_id)
+
+
+def delete_partition(services, partition_id):
+    with services.write() as unit:
+        p = unit.session.get(models.Partition, partition_id)
+        if p is None:
+            raise NotFound(f"partition {partition_id} not found")
+        count = unit.session.scalar(select(func.count()).select_from(models.Machine)
+                                    .where(models.Machine.partition_id == partition_id))
+        if count:
+            raise Conflict(f"partition {partition_id} still has {count} machine(s)")
+        unit.session.delete(p)
+        unit.event("partition.deleted", f"partition {partition_id} deleted",
+                   data={"partition": partition_id})
+
+
+# -- machines -----------------------------------------------------------------
+
+def nic_dict(n):
+    return {"mac": n.mac, "duid": n.duid, "ipv4_address": n.ipv4_address,
+            "ipv6_address": n.ipv6_address}
+
+
+def machine_dict(m, nics, migration=None):
+    """A machine as the API shows it: never with its BMC password."""
+    return {
+        "id": m.id, "partition": m.partition_id,
+        "bmc": None if m.bmc_address is None else {
+            "address": m.bmc_address, "username": m.bmc_username,
+            "verify_tls": bool(m.bmc_verify_tls), "password_set": bool(m.bmc_password)},
+        "nics": [nic_dict(n) for n in nics],
+        "boot_interface": m.boot_interface, "boot_mode": m.boot_mode, "state": m.state,
+        "properties": m.properties or {},
+        "lock": {"holder": m.reservation, "since": iso(m.reserved_at)} if m.reservation else None,
+        "migration": migration,
+        "drift": m.drift, "drift_checked_at": iso(m.drift_checked_at),
+        "created_at": iso(m.created_at), "updated_at": iso(m.updated_at),
+    }
+
+
+def _nics_by_machine(session, machine_ids):
+    result = {mid: [] for mid in machine_ids}
+    ids = list(machine_ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        for nic in session.scalars(select(models.Nic).where(models.Nic.machine_id.in_(chunk))
+                                   .order_by(models.Nic.machine_id, models.Nic.position)):
+            result[nic.machine_id].append(nic)
+    return result
+
+
+def _migrations_by_machine(session, machine_ids):
+    """The active migration step of each machine, for the machine view."""
+    result = {}
+    ids = list(machine_ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        rows = session.execute(
+            select(models.MigrationMachine, models.Migration.target_boot_interface)
+            .join(models.Migration, models.Migration.id == models.MigrationMachine.migration_id)
+            .where(models.MigrationMachine.machine_id.in_(chunk),
+                   models.MigrationMachine.state.in_(ACTIVE_MIGRATION_STEPS)))
+        for mm, target in rows:
+            result[mm.machine_id] = {"id": mm.migration_id, "step": mm.state,
+                                     "target_boot_interface": target,
+                                     "last_error": mm.last_error}
+    return result
+
+
+def machine_views(session, machines):
+    ids = [m.id for m in machines]
+    nics = _nics_by_machine(session, ids)
+    migrations = _migrations_by_machine(session, ids)
+    return [machine_dict(m, nics[m.id], migrations.get(m.id)) for m in machines]
+
+
+def get_machine(services, machine_id):
+    with services.db.read() as s:
+        m = s.get(models.Machine, machine_id)
+        if m is None:
+            raise NotFound(f"machine {machine_id} not found")
+        return machine_views(s, [m])[0]
+
+
+def list_machines(services, partition=None, boot_interface=None, state=None, limit=100,
+                  marker=None):
+    with services.db.read() as s:
+        q = select(models.Machine).order_by(models.Machine.id).limit(limit + 1)
+        if partition:
+            q = q.where(models.Machine.partition_id == partition)
+        if boot_interface:
+            q = q.where(models.Machine.boot_interface == boot_interface)
+        if state:
+            q = q.where(models.Machine.state == state)
+        if marker:
+            q = q.where(models.Machine.id > marker)
+        machines = list(s.scalars(q))
+        more = len(machines) > limit
+        machines = machines[:limit]
+        return machine_views(s, machines), (machines[-1].id if more else None)
+
+
+def _check_references(session, services, items, field_prefix):
+    """Partitions and boot interfaces named by ``items`` must exist."""
+    errors = {}
+    partitions = {item["partition"] for item in items if "partition" in item}
+    known = set(session.scalars(select(models.Partition.id)
+                                .where(models.Partition.id.in_(partitions)))) if partitions else set()
+    for index, item in enumerate(items):
+        prefix = field_prefix(index)
+        if "partition" in item and item["partition"] not in known:
+            errors[f"{prefix}partition"] = [f"partition {item['partition']} does not exist"]
+        iface = item.get("boot_interface")
+        if iface is not None and iface not in services.interfaces:
+            errors[f"{prefix}boot_interface"] = [
+                f"{iface} is not an enabled boot interface "
+                f"(enabled: {', '.join(services.interfaces.names())})"]
+    if errors:
+        first = next(iter(errors.items()))
+        raise InvalidInput(f"{first[0]}: {first[1][0]}", fields=errors)
+
+
+def _check_nic_conflicts(session, items, field_prefix, exclude_machine=None):
+    macs, duids = {}, {}
+    for index, item in enumerate(items):
+        for pos, nic in enumerate(item.get("nics") or []):
+            where = f"{field_prefix(index)}nics.{pos}"
+            if nic["mac"] in macs:
+                raise InvalidInput(f"MAC {nic['mac']} is given twice in the request",
+                                   fields={f"{where}.mac": ["given twice in the request"]})
+            macs[nic["mac"]] = where
+            if nic.get("duid"):
+                if nic["duid"] in duids:
+                    raise InvalidInput(f"DUID {nic['duid']} is given twice in the request",
+                                       fields={f"{where}.duid": ["given twice in the request"]})
+                duids[nic["duid"]] = where
+    conflicts = {}
+    mac_list = list(macs)
+    for start in range(0, len(mac_list), 500):
+        q = select(models.Nic.mac, models.Nic.machine_id).where(
+            models.Nic.mac.in_(mac_list[start:start + 500]))
+        for mac, owner in session.execute(q):
+            if owner != exclude_machine:
+                conflicts[f"{macs[mac]}.mac"] = [f"MAC {mac} belongs to machine {owner}"]
+    duid_list = list(duids)
+    for start in range(0, len(duid_list), 500):
+        q = select(models.Nic.duid, models.Nic.machine_id).where(
+            models.Nic.duid.in_(duid_list[start:start + 500]))
+        for duid, owner in session.execute(q):
+            if owner != exclude_machine:
+                conflicts[f"{duids[duid]}.duid"] = [f"DUID {duid} belongs to machine {owner}"]
+    if conflicts:
+        first = next(iter(conflicts.items()))
+        raise Conflict(f"{first[0]}: {first[1][0]}", fields=conflicts)
+
+
+def register_machines(services, items, many):
+    """Register one machine or a list of them, all or nothing."""
+    prefix = (lambda i: f"{i}.") if many else (lambda i: "")
+    ids = [item["id"] for item in items]
+    if len(set(ids)) != len(ids):
+        seen, dup = set(), None
+        for index, mid in enumerate(ids):
+            if mid in seen:
+                dup = (index, mid)
+                break
+            seen.add(mid)
+        raise InvalidInput(f"machine {dup[1]} is given twice in the request",
+                           fields={f"{prefix(dup[0])}id": ["given twice in the request"]})
+    now = models.utcnow()
+    default = services.interfaces.default
+    machine_rows, nic_rows, event_rows = [], [], []
+    for item in items:
+        bmc = item.get("bmc") or {}
+        iface = item.get("boot_interface") or default
+        machine_rows.append({
+            "id": item["id"], "partition_id": item["partition"],
+            "bmc_address": bmc.get("address"), "bmc_username": bmc.get("username"),
+            "bmc_password": bmc.get("password"), "bmc_verify_tls": bmc.get("verify_tls", True),
+            "boot_interface": iface, "boot_mode": item.get("boot_mode", "uefi"),
+            "state": "ready", "properties": item.get("properties") or {},
+            "token_generation": 1, "created_at": now})
+        for pos, nic in enumerate(item.get("nics") or []):
+            nic_rows.append({"mac": nic["mac"], "machine_id": item["id"], "position": pos,
+                             "duid": nic.get("duid"), "ipv4_address": nic.get("ipv4_address"),
+                             "ipv6_address": nic.get("ipv6_address")})
+        event_rows.append({"machine_id": item["id"], "kind": "machine.registered",
+                           "message": f"registered in partition {item['partition']} on "
+                                      f"boot interface {iface}",
+                           "data": {"boot_interface": iface, "partition": item["partition"]},
+                           "created_at": now})
+    with services.write() as unit:
+        s = unit.session
+        _check_references(s, services, items, prefix)
+        existing = []
+        for start in range(0, len(ids), 500):
+            existing += s.scalars(select(models.Machine.id).where(
+                models.Machine.id.in_(ids[start:start + 500]))).all()
+        if existing:
+            index = {mid: i for i, mid in enumerate(ids)}
+            raise Conflict(f"machine {existing[0]} is registered already"
+                           + (f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""),
+                           fields={f"{prefix(index[mid])}id": ["registered already"]
+                                   for mid in existing[:100]})
+        _check_nic_conflicts(s, items, prefix)
+        s.execute(insert(models.Machine), machine_rows)
+        if nic_rows:
+            s.execute(insert(models.Nic), nic_rows)
+        s.execute(insert(models.Event), event_rows)
+    result = _views_by_ids(services, ids)
+    if services.hooks.has("metalboot_machine_registered"):
+        for view in result:
+            services.hooks.notify("metalboot_machine_registered", machine=view)
+    if services.hooks.has("metalboot_event"):
+        _notify_events(services, ids, "machine.registered")
+    return result
+
+
+def _notify_events(services, machine_ids, kind):
+    from metalboot_framework.services import event_dict
+    with services.db.read() as s:
+        for start in range(0, len(machine_ids), 500):
+            for ev in s.scalars(select(models.Event).where(
+                    models.Event.machine_id.in_(machine_ids[start:start + 500]),
+                    models.Event.kind == kind).order_by(models.Event.id)):
+                services.hooks.notify("metalboot_event", event=event_dict(ev))
+
+
+def _views_by_ids(services, ids):
+    with services.db.read() as s:
+        by_id = {}
+        for start in range(0, len(ids), 500):
+            for m in s.scalars(select(models.Machine).where(
+                    models.Machine.id.in_(ids[start:start + 500]))):
+                by_id[m.id] = m
+        machines = [by_id[mid] for mid in ids]
+        return machine_views(s, machines)
+
+
+def _locked_machine(session, machine_id):
+    m = session.scalars(select(models.Machine).where(models.Machine.id == machine_id)
+                        .with_for_update()).first()
+    if m is None:
+        raise NotFound(f"machine {machine_id} not found")
+    if m.reservation is not None:
+        raise MachineLocked(f"machine {machine_id} is locked by {m.reservation} since "
+                            f"{iso(m.reserved_at)}; try again when it is released")
+    return m
+
+
+def active_migration_of(session, machine_id):
+    return session.scalars(select(models.MigrationMachine).where(
+        models.MigrationMachine.machine_id == machine_id,
+        models.MigrationMachine.state.in_(ACTIVE_MIGRATION_STEPS))).first()
+
+
+def patch_machine(services, machine_id, data):
+    changes = sorted(data)
+    with services.write() as unit:
+        s = unit.session
+        m = _locked_machine(s, machine_id)
+        busy = active_migration_of(s, machine_id)
+        if busy is not None and ({"boot_interface", "partition", "nics", "boot_mode"} & set(data)):
+            raise Conflict(f"machine {machine_id} is in migration {busy.migration_id} "
+                           f"(step {busy.state}); cancel it or wait before changing "
+                           f"{', '.join(sorted({'boot_interface', 'partition', 'nics', 'boot_mode'} & set(data)))}",
+                           fields={k: ["machine is in a migration"] for k in data
+                                   if k in ("boot_interface", "partition", "nics", "boot_mode")})
+        _check_references(s, services, [data], lambda i: "")
+        if "nics" in data:
+            _check_nic_conflicts(s, [data], lambda i: "", exclude_machine=machine_id)
+        old_interface = m.boot_interface
+        if "partition" in data:
+            m.partition_id = data["partition"]
+        if "bmc" in data:
+            bmc = data["bmc"]
+            if bmc is None:
+                m.bmc_address = m.bmc_username = m.bmc_password = None
+                m.bmc_verify_tls = True
+            else:
+                if m.bmc_address is None and "address" not in bmc:
+                    raise InvalidInput("bmc.address is required for a machine without a BMC",
+                                       fields={"bmc.address": ["Missing data for required field."]})
+                for key, value in bmc.items():
+                    setattr(m, f"bmc_{key}", value)
+        for key in ("boot_interface", "boot_mode", "properties"):
+            if key in data:
+                setattr(m, key, data[key])
+        if "state" in data:
+            if m.state == "migrating":
+                raise Conflict(f"machine {machine_id} is migrating; its state follows the "
+                               f"migration", fields={"state": ["machine is migrating"]})
+            m.state = data["state"]
+        if "nics" in data:
+            s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
+            s.flush()
+            for pos, nic in enumerate(data["nics"]):
+                s.add(models.Nic(machine_id=machine_id, position=pos, mac=nic["mac"],
+                                 duid=nic.get("duid"), ipv4_address=nic.get("ipv4_address"),
+                                 ipv6_address=nic.get("ipv6_address")))
+        m.updated_at = models.utcnow()
+        unit.event("machine.updated", f"changed {', '.join(changes)}", machine_id=machine_id,
+                   data={"changed": changes})
+        interface_changed = "boot_interface" in data and data["boot_interface"] != old_interface
+        if interface_changed:
+            unit.event("machine.boot_interface_changed",
+                       f"boot interface {old_interface} -> {data['boot_interface']} (set "
+                       f"through the API)", machine_id=machine_id,
+                       data={"old": old_interface, "new": data["boot_interface"],
+                             "reason": "api"})
+    view = get_machine(services, machine_id)
+    services.hooks.notify("metalboot_machine_updated", machine=view, changes=changes)
+    if interface_changed:
+        services.hooks.notify("metalboot_boot_interface_changed", machine=view,
+                              old=old_interface, new=data["boot_interface"],
+                              reason="set through the API")
+    return view
+
+
+def delete_machine(services, machine_id):
+    view = get_machine(services, machine_id)
+    with services.write() as unit:
+        s = unit.session
+        _locked_machine(s, machine_id)
+        busy = active_migration_of(s, machine_id)
+        if busy is not None:
+            raise Conflict(f"machine {machine_id} is in migration {busy.migration_id} "
+                           f"(step {busy.state}); cancel it first")
+        s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
+        s.execute(delete(models.Machine).where(models.Machine.id == machine_id))
+        unit.event("machine.deleted", "machine deleted", machine_id=machine_id)
+    services.hooks.notify("metalboot_machine_deleted", machine=view)
+
+
+def machine_events(services, machine_id, since=0, limit=100):
+    from metalboot_framework.services import event_dict
+    with services.db.read() as s:
+        if s.get(models.Machine, machine_id) is None:
+            raise NotFound(f"machine {machine_id} not found")
+        rows = list(s.scalars(select(models.Event).where(
+            models.Event.machine_id == machine_id, models.Event.id > since)
+            .order_by(models.Event.id).limit(limit)))
+    events = [dict(event_dict(ev), created_at=iso(ev.created_at)) for ev in rows]
+    return events, (rows[-1].id if rows else since)
+
+
+def release_stale_locks(session, live_holders, now=None):
+    """Release machine locks whose holders are not among ``live_holders``."""
+    q = update(models.Machine).where(models.Machine.reservation.is_not(None))
+    if live_holders:
+        q = q.where(models.Machine.reservation.not_in(list(live_holders)))
+    return session.execute(q.values(reservation=None, reserved_at=None)).rowcount
