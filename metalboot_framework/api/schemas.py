@@ -15,6 +15,7 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate, valida
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
 
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance")
@@ -136,8 +137,7 @@ class BootConfigSchema(StrictSchema):
 
 
 class PartitionCreateSchema(StrictSchema):
-    id = fields.String(required=True, validate=validate.Regexp(NAME_RE, error="Must match "
-                       + NAME_RE + "."))
+    id = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema)
     properties = fields.Dict(keys=fields.String())
@@ -206,7 +206,7 @@ def _unique_nics(nics):
 
 class MachineCreateSchema(StrictSchema):
     id = MachineId(required=True, metadata={"description": "metal-api's machine UUID."})
-    partition = fields.String(required=True, validate=validate.Regexp(NAME_RE))
+    partition = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcInSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
@@ -220,7 +220,7 @@ class MachineCreateSchema(StrictSchema):
 
 
 class MachinePatchSchema(StrictSchema):
-    partition = fields.String(validate=validate.Regexp(NAME_RE))
+    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcPatchSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
                        metadata={"description": "Replaces all NICs."})

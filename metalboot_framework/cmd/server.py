@@ -47,7 +47,7 @@ def load_services():
 def main(argv=None):
     common.parse_args(sys.argv[1:] if argv is None else argv,
                       "Run the metalboot API, artifact server and conductor.")
-    common.setup_logging()
+    common.setup_logging(CONF.debug)
     check_listen_address()
     services = load_services()
     app = create_app(services)

@@ -29,6 +29,7 @@ opts = [
                     "variable METALBOOT_STATE_DIR overrides the built-in default."),
     cfg.StrOpt("host", default=socket.gethostname(), sample_default="<hostname>",
                help="Name of this conductor; it marks the machine locks it holds."),
+    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
     cfg.ListOpt("disabled_hooks", default=[],
                 help="Entry-point names in metalboot.hooks that are installed but "
                      "must not be registered."),

@@ -1,10 +1,11 @@
 """Every core option, for oslo-config-generator (entry point oslo.config.opts)."""
 
 from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default
+from metalboot_framework.conf import dhcp
 
 
 def list_opts():
     result = []
-    for module in (default, api, database, conductor, artifacts, bmc):
+    for module in (default, api, database, conductor, artifacts, bmc, dhcp):
         result.extend(module.list_opts())
     return result

@@ -1,0 +1,1 @@
+"""An example third-party metalboot plugin: a boot interface and a hook."""

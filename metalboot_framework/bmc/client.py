@@ -1,0 +1,371 @@
+"""A Redfish client for one system behind one BMC: boot override and HTTP boot URI.
+
+Power control is in :mod:`.power`, virtual media in :mod:`.media`; both work on
+a :class:`BmcClient`. Every call goes through the cached connection of the BMC,
+the retry policy, and the error translation that names BMC, system and the
+Redfish property or action.
+"""
+
+import dataclasses
+import logging
+import threading
+from typing import Optional, Sequence
+
+import sushy
+
+from metalboot_framework.bmc import connection as connection_mod
+from metalboot_framework.bmc import quirks as quirks_mod
+from metalboot_framework.bmc import redact
+from metalboot_framework.bmc import retry as retry_mod
+from metalboot_framework.exceptions import BmcUnsupported, InvalidInput
+
+LOG = logging.getLogger(__name__)
+
+redact.install_log_filter("sushy", "metalboot_framework.bmc")
+
+#: Machine property naming the system on a BMC that has several.
+SYSTEM_ID_PROPERTY = "redfish_system_id"
+
+# (url, system path) -> (target, mode) of an override that had to be set Once
+# because the BMC refuses Continuous: re-applied before each reset.
+_REAPPLY = {}
+_REAPPLY_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class BootState:
+    """What a system's Boot section (and BIOS, for the URI quirk) says now."""
+
+    target: Optional[str]
+    enabled: Optional[str]
+    mode: Optional[str]
+    http_boot_uri: Optional[str]
+    #: Where the URI lives: "Boot.HttpBootUri", "Bios.<attribute>", or None
+    #: when the system offers neither.
+    http_boot_uri_location: Optional[str]
+    allowed_targets: Optional[Sequence[str]]
+    power_state: Optional[str]
+    manufacturer: Optional[str]
+    model: Optional[str]
+    quirks: quirks_mod.Quirks
+
+
+class BmcClient:
+    """One system on one BMC.
+
+    ``system_id`` is the system's ``Id`` or ``@odata.id``; without it the BMC
+    must have exactly one system.
+    """
+
+    def __init__(self, conf, bmc, system_id=None, cache=None, policy=None):
+        self.conf = conf
+        self.address = bmc.address
+        self.url = connection_mod.base_url(bmc.address)
+        self.username = bmc.username
+        self._password = bmc.password
+        self.verify = bmc.verify_tls
+        self.system_id = system_id
+        self.cache = cache or connection_mod.CACHE
+        if cache is None:
+            self.cache.ttl = conf.bmc.connection_cache_ttl
+            self.cache.max_size = conf.bmc.connection_cache_size
+        self.policy = policy or retry_mod.Policy.from_conf(conf)
+        self._path = None
+        self._quirks = None
+        redact.register_secret(self._password)
+
+    def __repr__(self):
+        return f"<BmcClient {self.url} system={self.system_label}>"
+
+    @property
+    def system_label(self):
+        return self._path or self.system_id or "(default)"
+
+    # -- plumbing -------------------------------------------------------------
+    def connection(self):
+        return self.cache.get(self.url, self.username, self._password, self.verify,
+                              connect_timeout=self.conf.bmc.connect_timeout,
+                              read_timeout=self.conf.bmc.read_timeout)
+
+    def run(self, operation, fn, retry_during_post=None):
+        """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``."""
+        if retry_during_post is None:
+            retry_during_post = bool(self._quirks and self._quirks.retry_during_post)
+        attempts = [0]
+
+        def attempt():
+            attempts[0] += 1
+            conn = self.connection()
+            with conn.lock:
+                return fn(conn)
+
+        def on_transient(exc):
+            if isinstance(exc, sushy.exceptions.ConnectionError):
+                self.cache.invalidate(self.url, self.username)
+
+        try:
+            return self.policy.run(
+                attempt, retry_during_post=retry_during_post, on_transient=on_transient,
+                describe=lambda: f"BMC {self.address}, system {self.system_label}: {operation}")
+        except Exception as exc:
+            if isinstance(exc, sushy.exceptions.AccessError):
+                self.cache.invalidate(self.url, self.username)
+            error = retry_mod.translate(exc, address=self.address, system=self.system_label,
+                                        operation=operation, username=self.username,
+                                        password=self._password, attempts=attempts[0])
+            if error is exc:
+                raise
+            raise error from None
+
+    def system_path(self, conn):
+        if self._path:
+            return self._path
+        if self.system_id:
+            sid = self.system_id
+            self._path = sid if sid.startswith("/") else \
+                f"{connection_mod.ROOT_PREFIX}Systems/{sid}"
+        else:
+            self._path = conn.root.get_system().path
+        return self._path
+
+    def get_json(self, conn, path):
+        response = conn.connector.get(path)
+        return response.json(), response.headers.get("ETag")
+
+    def system_json(self, conn):
+        data, etag = self.get_json(conn, self.system_path(conn))
+        if self._quirks is None:
+            self._quirks = self._find_quirks(conn, data)
+        return data, etag
+
+    def _find_quirks(self, conn, data):
+        manufacturer, model = data.get("Manufacturer"), data.get("Model")
+        if not manufacturer:
+            managers = (data.get("Links") or {}).get("ManagedBy") or []
+            if managers and managers[0].get("@odata.id"):
+                try:
+                    manager, _ = self.get_json(conn, managers[0]["@odata.id"])
+                    manufacturer, model = manager.get("Manufacturer"), manager.get("Model")
+                except sushy.exceptions.SushyError as exc:
+                    LOG.debug("BMC %s: cannot read manager for quirks: %s", self.address,
+                              redact.scrub(exc))
+        found = quirks_mod.quirks_for(manufacturer, model)
+        if found is not quirks_mod.GENERIC:
+            LOG.debug("BMC %s system %s: vendor quirks %s", self.address, self.system_label,
+                      found.name)
+        return found
+
+    def quirks(self):
+        if self._quirks is None:
+            self.run("read ComputerSystem", self.system_json)
+        return self._quirks
+
+    # -- boot override ----------------------------------------------------------
+    def _bios(self, conn, system):
+        """(attributes, settings path) of the system's BIOS, or (None, None)."""
+        bios_path = (system.get("Bios") or {}).get("@odata.id")
+        if not bios_path:
+            return None, None
+        bios, _ = self.get_json(conn, bios_path)
+        settings = ((bios.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
+            .get("@odata.id") or bios_path.rstrip("/") + "/Settings"
+        return bios.get("Attributes") or {}, settings
+
+    def _uri_location(self, conn, system):
+        boot = system.get("Boot") or {}
+        if "HttpBootUri" in boot:
+            return "Boot.HttpBootUri", boot.get("HttpBootUri"), None, None
+        attr = self._quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
+        attrs, settings = self._bios(conn, system)
+        if attrs is not None and attr in attrs:
+            return f"Bios.{attr}", attrs.get(attr) or None, attrs, settings
+        return None, None, attrs, settings
+
+    def boot_state(self):
+        """Read the system's boot override, HTTP boot URI and power state."""
+        def read(conn):
+            system, _ = self.system_json(conn)
+            boot = system.get("Boot") or {}
+            location, uri, _, _ = self._uri_location(conn, system)
+            allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            return BootState(
+                target=boot.get("BootSourceOverrideTarget"),
+                enabled=boot.get("BootSourceOverrideEnabled"),
+                mode=boot.get("BootSourceOverrideMode"),
+                http_boot_uri=uri, http_boot_uri_location=location,
+                allowed_targets=tuple(allowed) if allowed is not None else None,
+                power_state=system.get("PowerState"),
+                manufacturer=system.get("Manufacturer"), model=system.get("Model"),
+                quirks=self._quirks)
+        return self.run("read Boot (BootSourceOverrideTarget, HttpBootUri)", read)
+
+    def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None):
+        """Set the next boot's target (and UEFI HTTP boot URI).
+
+        Follows the quirk table: full requests for AMI/ASRock, Enabled always
+        sent for Supermicro, POST retries for HPE, the BIOS HttpDev1Uri
+        attribute where Boot.HttpBootUri is absent (Dell, Lenovo). A BMC that
+        refuses ``Continuous`` gets ``Once``, re-applied before each reset by
+        :func:`metalboot_framework.bmc.power.reset`.
+        """
+        if enabled == "Continuous":
+            try:
+                return self._set_boot_override(target, "Continuous", mode, http_boot_uri)
+            except ContinuousRefused:
+                LOG.warning("BMC %s system %s refuses BootSourceOverrideEnabled=Continuous; "
+                            "setting Once, re-applied before each reset", self.address,
+                            self.system_label)
+                self._set_boot_override(target, "Once", mode, http_boot_uri)
+                with _REAPPLY_LOCK:
+                    _REAPPLY[(self.url, self._path)] = (target, mode, http_boot_uri)
+                return "Once"
+        return self._set_boot_override(target, enabled, mode, http_boot_uri)
+
+    def _set_boot_override(self, target, enabled, mode, http_boot_uri):
+        operation = (f"PATCH Boot.BootSourceOverrideTarget={target}"
+                     + (f", Boot.HttpBootUri={http_boot_uri}" if http_boot_uri else ""))
+        # Read quirks first, so the retry policy knows about POST refusals.
+        self.quirks()
+
+        def apply(conn):
+            system, etag = self.system_json(conn)
+            boot = system.get("Boot") or {}
+            quirks = self._quirks
+            allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            if allowed is not None and target not in allowed:
+                raise BmcUnsupported(
+                    f"BMC {self.address}, system {self.system_label}: "
+                    f"Boot.BootSourceOverrideTarget {target} is not allowed "
+                    f"(BootSourceOverrideTarget@Redfish.AllowableValues: "
+                    f"{', '.join(allowed) or 'none'})", address=self.address,
+                    system=self.system_label, operation="Boot.BootSourceOverrideTarget")
+            allowed_enabled = boot.get("BootSourceOverrideEnabled@Redfish.AllowableValues")
+            if enabled == "Continuous" and allowed_enabled is not None \
+                    and "Continuous" not in allowed_enabled:
+                raise ContinuousRefused()
+            body = {"BootSourceOverrideTarget": target}
+            if quirks.full_boot_request:
+                body["BootSourceOverrideEnabled"] = enabled
+                body["BootSourceOverrideMode"] = mode or boot.get("BootSourceOverrideMode") \
+                    or "UEFI"
+            else:
+                if enabled and (quirks.always_send_enabled
+                                or boot.get("BootSourceOverrideEnabled") != enabled):
+                    body["BootSourceOverrideEnabled"] = enabled
+                if mode and boot.get("BootSourceOverrideMode") != mode:
+                    body["BootSourceOverrideMode"] = mode
+            if target == "UefiHttp" and http_boot_uri:
+                location, current, attrs, settings = self._uri_location(conn, system)
+                if location == "Boot.HttpBootUri":
+                    body["HttpBootUri"] = http_boot_uri
+                elif location:
+                    attr = location.split(".", 1)[1]
+                    if current != http_boot_uri:
+                        change = {attr: http_boot_uri}
+                        enable = quirks.http_boot_enable_bios_attribute
+                        if enable and enable in attrs and attrs[enable] != "Enabled":
+                            change[enable] = "Enabled"
+                        conn.connector.patch(settings, data={"Attributes": change})
+                else:
+                    raise BmcUnsupported(
+                        f"BMC {self.address}, system {self.system_label}: the system has "
+                        f"no Boot.HttpBootUri and no BIOS attribute "
+                        f"{quirks.http_boot_uri_bios_attribute or 'HttpDev1Uri'} to hold "
+                        f"the UEFI HTTP boot URI", address=self.address,
+                        system=self.system_label, operation="Boot.HttpBootUri")
+            try:
+                conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
+            except sushy.exceptions.BadRequestError as exc:
+                text = f"{exc.detail} {exc.extended_info} {exc.related_properties}"
+                if enabled == "Continuous" and ("BootSourceOverrideEnabled" in text
+                                                or "Continuous" in text):
+                    raise ContinuousRefused() from exc
+                raise
+            return enabled
+
+        return self.run(operation, apply)
+
+    def reapply_once_override(self):
+        """Before a reset: re-apply an override that had to fall back to Once."""
+        with _REAPPLY_LOCK:
+            pending = _REAPPLY.get((self.url, self._path or self.system_path_hint()))
+        if pending:
+            target, mode, uri = pending
+            self._set_boot_override(target, "Once", mode, uri)
+            return True
+        return False
+
+    def system_path_hint(self):
+        if self.system_id:
+            return self.system_id if self.system_id.startswith("/") else \
+                f"{connection_mod.ROOT_PREFIX}Systems/{self.system_id}"
+        return None
+
+    def clear_boot_override(self, only_targets=None, clear_http_boot_uri=True):
+        """Disable the boot override and clear the HTTP boot URI explicitly.
+
+        ``only_targets``: leave an override alone whose target is not one of
+        these (someone else's). Returns a list of what was cleared.
+        """
+        self.quirks()
+
+        def clear(conn):
+            cleared = []
+            system, etag = self.system_json(conn)
+            boot = system.get("Boot") or {}
+            quirks = self._quirks
+            body = {}
+            target = boot.get("BootSourceOverrideTarget")
+            enabled = boot.get("BootSourceOverrideEnabled")
+            ours = only_targets is None or target in only_targets
+            if ours and enabled not in (None, "Disabled"):
+                body["BootSourceOverrideEnabled"] = "Disabled"
+                if quirks.full_boot_request:
+                    body["BootSourceOverrideTarget"] = target or "None"
+                    body["BootSourceOverrideMode"] = boot.get("BootSourceOverrideMode") or "UEFI"
+                cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target})")
+            if clear_http_boot_uri:
+                location, current, attrs, settings = self._uri_location(conn, system)
+                if location == "Boot.HttpBootUri" and current is not None:
+                    body["HttpBootUri"] = None
+                    cleared.append(f"HttpBootUri={current}")
+                elif location and location.startswith("Bios.") and current:
+                    conn.connector.patch(settings,
+                                         data={"Attributes": {location[5:]: ""}})
+                    cleared.append(f"{location}={current}")
+            if body:
+                conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
+            return cleared
+
+        result = self.run("PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)", clear)
+        with _REAPPLY_LOCK:
+            _REAPPLY.pop((self.url, self._path), None)
+        return result
+
+    # -- sushy resources --------------------------------------------------------
+    def sushy_system(self, conn):
+        from sushy.resources.system import system as system_mod
+        return system_mod.System(conn.connector, self.system_path(conn),
+                                 redfish_version=conn.root.redfish_version,
+                                 registries=conn.root.lazy_registries, root=conn.root)
+
+
+class ContinuousRefused(BmcUnsupported):
+    """The BMC does not accept BootSourceOverrideEnabled=Continuous."""
+
+    def __init__(self):
+        super().__init__("BootSourceOverrideEnabled=Continuous refused",
+                         operation="Boot.BootSourceOverrideEnabled")
+
+
+def client_for_machine(conf, machine, cache=None):
+    """A :class:`BmcClient` for a :class:`~metalboot_framework.task.MachineInfo`."""
+    if not machine.bmc or not machine.bmc.address:
+        raise InvalidInput(f"machine {machine.id} has no BMC address",
+                           fields={"bmc.address": ["required"]})
+    return BmcClient(conf, machine.bmc, machine.properties.get(SYSTEM_ID_PROPERTY),
+                     cache=cache)
+
+
+def client_for_task(task, cache=None):
+    return client_for_machine(task.conf, task.machine, cache=cache)

@@ -1,0 +1,172 @@
+"""One sushy connection per BMC (address + username), reused from a cache.
+
+sushy retries on its own (connection errors up to three times two seconds apart,
+GETs with 5xx ten times); :class:`SingleShotConnector` turns that off so that
+:mod:`metalboot_framework.bmc.retry` alone decides, with its configured backoff.
+"""
+
+import collections
+import hashlib
+import logging
+import threading
+import time
+import urllib.parse
+
+import sushy
+from sushy import connector as sushy_connector
+
+from metalboot_framework.bmc import redact
+from metalboot_framework.exceptions import InvalidInput
+
+LOG = logging.getLogger(__name__)
+
+ROOT_PREFIX = "/redfish/v1/"
+
+
+class SingleShotConnector(sushy_connector.Connector):
+    """A sushy connector that sends each request exactly once."""
+
+    def __init__(self, url, **kwargs):
+        # server_side_retries=1 makes sushy's connection loop a single attempt;
+        # _op below makes its 5xx handling retry-free.
+        super().__init__(url, server_side_retries=1, server_side_retries_delay=0, **kwargs)
+
+    def _op(self, method, path="", data=None, headers=None, blocking=False, timeout=None,
+            server_side_retries_left=None, allow_reauth=True, **kwargs):
+        if server_side_retries_left is None:
+            server_side_retries_left = 0
+        return super()._op(method, path, data=data, headers=headers, blocking=blocking,
+                           timeout=timeout, server_side_retries_left=server_side_retries_left,
+                           allow_reauth=allow_reauth, **kwargs)
+
+    def check_retry_on_exception(self, exception_msg):
+        return False  # our retry policy (and the quirk table) decides
+
+
+def base_url(address):
+    """``https://host[:port]`` from a BMC address (bare host defaults to https).
+
+    Refuses addresses carrying credentials, which would end up in messages.
+    """
+    if not address:
+        raise InvalidInput("BMC address is empty", fields={"bmc.address": ["required"]})
+    text = address.strip()
+    if "://" not in text:
+        text = "https://" + text
+    parsed = urllib.parse.urlsplit(text)
+    if parsed.scheme not in ("http", "https"):
+        raise InvalidInput(f"BMC address {address!r}: scheme must be http or https",
+                           fields={"bmc.address": ["scheme must be http or https"]})
+    if parsed.username or parsed.password:
+        raise InvalidInput("BMC address must not contain credentials; set bmc.username "
+                           "and bmc.password instead",
+                           fields={"bmc.address": ["must not contain credentials"]})
+    if not parsed.hostname:
+        raise InvalidInput(f"BMC address {address!r} has no host",
+                           fields={"bmc.address": ["no host"]})
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+class Connection:
+    """A cached sushy root plus its connector; use :meth:`lock` around requests."""
+
+    def __init__(self, url, username, root, connector, fingerprint):
+        self.url = url
+        self.username = username
+        self.root = root
+        self.connector = connector
+        self.fingerprint = fingerprint
+        self.created = time.monotonic()
+        self.lock = threading.RLock()
+
+    def close(self):
+        try:
+            self.connector.close()
+        except Exception:  # closing a dead socket must not fail anything
+            LOG.debug("ignoring error while closing connection to %s", self.url)
+
+
+def _fingerprint(password, verify):
+    # The cache compares credentials without keeping a second copy of them.
+    digest = hashlib.sha256((password or "").encode()).hexdigest()
+    return f"{digest}:{verify}"
+
+
+class ConnectionCache:
+    """Thread-safe LRU cache of :class:`Connection` keyed by (url, username)."""
+
+    def __init__(self, max_size=5000, ttl=900):
+        self.max_size = max_size
+        self.ttl = ttl
+        self._entries = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._creating = {}
+
+    def __len__(self):
+        with self._lock:
+            return len(self._entries)
+
+    def get(self, url, username, password, verify=True, connect_timeout=None,
+            read_timeout=60):
+        key = (url, username or "")
+        fingerprint = _fingerprint(password, verify)
+        with self._lock:
+            conn = self._entries.get(key)
+            if conn is not None and conn.fingerprint == fingerprint and (
+                    self.ttl and time.monotonic() - conn.created < self.ttl):
+                self._entries.move_to_end(key)
+                return conn
+            create_lock = self._creating.setdefault(key, threading.Lock())
+        with create_lock:
+            with self._lock:  # another thread may have created it meanwhile
+                conn = self._entries.get(key)
+                if conn is not None and conn.fingerprint == fingerprint and (
+                        self.ttl and time.monotonic() - conn.created < self.ttl):
+                    self._entries.move_to_end(key)
+                    return conn
+            new = self._connect(url, username, password, verify, connect_timeout,
+                                read_timeout, fingerprint)
+            with self._lock:
+                old = self._entries.pop(key, None)
+                self._entries[key] = new
+                evicted = []
+                while len(self._entries) > self.max_size:
+                    evicted.append(self._entries.popitem(last=False)[1])
+            for stale in ([old] if old else []) + evicted:
+                stale.close()
+            return new
+
+    def invalidate(self, url, username):
+        with self._lock:
+            conn = self._entries.pop((url, username or ""), None)
+        if conn:
+            conn.close()
+
+    def clear(self):
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for conn in entries:
+            conn.close()
+
+    @staticmethod
+    def _connect(url, username, password, verify, connect_timeout, read_timeout,
+                 fingerprint):
+        redact.register_secret(password)
+        connector = SingleShotConnector(url, verify=verify,
+                                        default_request_timeout=read_timeout,
+                                        connect_timeout=connect_timeout)
+        # BasicAuth: nothing to log in, no session to expire or leak on the BMC.
+        auth = sushy.auth.BasicAuth(username=username, password=password)
+        try:
+            root = sushy.Sushy(url, auth=auth, connector=connector, root_prefix=ROOT_PREFIX,
+                               verify=verify)
+        except Exception:
+            connector.close()
+            raise
+        LOG.debug("opened Redfish connection to %s as %s", url, username)
+        return Connection(url, username, root, connector, fingerprint)
+
+
+#: The process-wide cache every client uses unless given another.
+CACHE = ConnectionCache()

@@ -1,0 +1,92 @@
+"""Power on, off and reset, polling until the BMC shows the new state.
+
+BMCs apply power changes late (sushy-tools' fake driver after 1-11 s, iDRAC
+sometimes after a minute), so each call polls ``PowerState`` every
+``[bmc] power_poll_interval`` seconds for up to ``[bmc] power_timeout``.
+"""
+
+import logging
+import time
+
+from sushy import ResetType
+
+from metalboot_framework.exceptions import BmcError
+
+LOG = logging.getLogger(__name__)
+
+ON, OFF = "On", "Off"
+
+
+def power_state(client):
+    def read(conn):
+        system, _ = client.system_json(conn)
+        return system.get("PowerState")
+    return client.run("read PowerState", read)
+
+
+def _reset(client, choices, operation):
+    def post(conn):
+        system = client.sushy_system(conn)
+        allowed = system.get_allowed_reset_system_values()
+        for choice in choices:
+            if choice in allowed:
+                system.reset_system(choice)
+                return choice.value
+        raise BmcError(
+            f"BMC {client.address}, system {client.system_label}: "
+            f"ComputerSystem.Reset allows none of {', '.join(c.value for c in choices)} "
+            f"(allowed: {', '.join(sorted(a.value for a in allowed))})",
+            address=client.address, system=client.system_label,
+            operation="ComputerSystem.Reset")
+    return client.run(operation, post)
+
+
+def wait_for(client, expected, timeout=None, interval=None, since=None):
+    """Poll PowerState until it is ``expected``; BmcError after the timeout."""
+    timeout = client.conf.bmc.power_timeout if timeout is None else timeout
+    interval = client.conf.bmc.power_poll_interval if interval is None else interval
+    start = since or time.monotonic()
+    state = None
+    while True:
+        state = power_state(client)
+        if state == expected:
+            return state
+        if time.monotonic() - start >= timeout:
+            raise BmcError(
+                f"BMC {client.address}, system {client.system_label}: PowerState is "
+                f"{state} {timeout:g} s after the ComputerSystem.Reset, expected {expected}",
+                address=client.address, system=client.system_label,
+                operation="ComputerSystem.Reset")
+        time.sleep(interval)
+
+
+def power_on(client, wait=True):
+    if power_state(client) == ON:
+        return ON
+    _reset(client, (ResetType.ON, ResetType.FORCE_ON), "POST ComputerSystem.Reset (On)")
+    return wait_for(client, ON) if wait else None
+
+
+def power_off(client, wait=True):
+    if power_state(client) == OFF:
+        return OFF
+    _reset(client, (ResetType.FORCE_OFF,), "POST ComputerSystem.Reset (ForceOff)")
+    return wait_for(client, OFF) if wait else None
+
+
+def reset(client, wait=True):
+    """Restart the system (power it on if it is off); wait until it is On.
+
+    An override that had to fall back from Continuous to Once is re-applied
+    first, so that every boot takes it.
+    """
+    client.reapply_once_override()
+    started = time.monotonic()
+    if power_state(client) != ON:
+        _reset(client, (ResetType.ON, ResetType.FORCE_ON), "POST ComputerSystem.Reset (On)")
+    else:
+        kind = _reset(client, (ResetType.FORCE_RESTART, ResetType.POWER_CYCLE),
+                      "POST ComputerSystem.Reset (ForceRestart)")
+        LOG.debug("BMC %s system %s: reset with %s", client.address, client.system_label,
+                  kind)
+    return wait_for(client, ON, since=started) if wait else None

@@ -1,0 +1,85 @@
+"""What both Redfish boot interfaces share: BMC access, machine checks, the ISO."""
+
+import logging
+
+from metalboot_framework.boot_interface import Artifact, BootInterface, Property
+from metalboot_framework.bmc import client as bmc_client
+from metalboot_framework.bmc import power
+from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
+from metalboot_redfish import conf as redfish_conf
+from metalboot_redfish import iso as iso_mod
+
+LOG = logging.getLogger(__name__)
+
+ISO_CONTENT_TYPE = "application/x-iso9660-image"
+OVERRIDE_ACTIVE = ("Once", "Continuous")
+
+
+class RedfishBootInterface(BootInterface):
+    """Base of the Redfish interfaces (not registered itself)."""
+
+    def get_properties(self):
+        return {
+            "bmc.address": Property("Redfish address of the BMC, e.g. https://10.1.2.3 "
+                                    "or 10.1.2.3:8443 (https by default).", required=True),
+            "bmc.username": Property("BMC user allowed to change boot settings and "
+                                     "power.", required=True),
+            "bmc.password": Property("Its password (never logged).", required=True),
+            "boot_mode": Property("Must be uefi.", required=True),
+            bmc_client.SYSTEM_ID_PROPERTY: Property(
+                "Id or @odata.id of the system on the BMC; needed only when the BMC "
+                "manages more than one system."),
+        }
+
+    # -- helpers ------------------------------------------------------------------
+    def client(self, task):
+        return bmc_client.client_for_task(task)
+
+    def check_machine(self, task):
+        """The checks that need no BMC: address, credentials, UEFI."""
+        fields = {}
+        bmc = task.machine.bmc
+        if not bmc or not bmc.address:
+            fields["bmc.address"] = ["required by " + self.name]
+        if not bmc or not bmc.username:
+            fields["bmc.username"] = ["required by " + self.name]
+        if (task.machine.boot_mode or "").lower() != "uefi":
+            fields["boot_mode"] = [f"must be uefi for {self.name}, is "
+                                   f"{task.machine.boot_mode}"]
+        if fields:
+            raise ValidationFailed(
+                f"machine {task.machine.id} cannot use {self.name}: " + "; ".join(
+                    f"{k} {', '.join(v)}" for k, v in fields.items()), fields=fields)
+
+    def check_ipxe_binary(self, task):
+        path = redfish_conf.get(task.conf).ipxe_efi_path
+        try:
+            iso_mod._read_ipxe(path)
+        except BootInterfaceError as exc:
+            raise ValidationFailed(exc.message, fields={"[redfish] ipxe_efi_path": [
+                "missing or not an EFI binary"]}) from None
+
+    def iso_spec(self, services, partition_id):
+        return iso_mod.spec_for(services, partition_id, self.name)
+
+    def ensure_iso(self, services, partition_id):
+        spec = self.iso_spec(services, partition_id)
+        return spec, iso_mod.ensure_iso(services.conf, spec)
+
+    def reset(self, task, client):
+        wait = redfish_conf.get(task.conf).wait_for_power_on
+        state = power.reset(client, wait=wait)
+        task.record_event(f"{self.name}.reset", f"BMC {client.address} reset system "
+                          f"{client.system_label}" + (f", now {state}" if state else ""),
+                          interface=self.name)
+
+    def get_partition_artifact(self, services, partition, name):
+        if iso_mod.ISO_NAME_RE.match(name or ""):
+            spec, path = None, iso_mod.cached_path(services.conf, name)
+            if path is None:
+                spec = self.iso_spec(services, partition.id)
+                if spec.name != name:
+                    return None
+                path = iso_mod.ensure_iso(services.conf, spec)
+            return Artifact(content_type=ISO_CONTENT_TYPE, path=path)
+        return None

@@ -1,0 +1,184 @@
+"""The iPXE ISO: an EFI-bootable ISO 9660 image holding iPXE and autoexec.ipxe.
+
+Layout (what UEFI firmware and iPXE need):
+
+- an El Torito boot catalog with one no-emulation entry, platform 0xEF (EFI),
+  pointing at ``efi.img``;
+- ``efi.img``: a FAT image (mkfs.vfat + mtools) with ``/EFI/BOOT/BOOTX64.EFI``
+  (the iPXE binary, the path UEFI boots removable media from) and
+  ``/autoexec.ipxe``, which iPXE (trixie's build or newer) runs from the medium
+  it was loaded from;
+- ``/autoexec.ipxe`` in the ISO 9660 tree as well, for people reading the ISO.
+
+One ISO per partition, interface and configuration: it carries no machine
+identity (the script chains boot.ipxe by MAC), so it is built once and cached
+under ``[artifacts] cache_dir/metalboot_redfish/`` by the hash of its inputs.
+"""
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import jinja2
+import pycdlib
+
+from metalboot_framework.exceptions import BootInterfaceError
+from metalboot_redfish import conf as redfish_conf
+
+#: Bumped when the layout changes, so that cached ISOs are rebuilt.
+LAYOUT_VERSION = "1"
+TEMPLATE_DIR = os.path.join(os.path.dirname(__file__), "templates")
+ISO_NAME_RE = re.compile(r"^ipxe-([0-9a-f]{16})\.iso$")
+CACHE_SUBDIR = "metalboot_redfish"
+
+_build_locks = {}
+_build_locks_lock = threading.Lock()
+
+
+def render_script(services, partition_id, interface):
+    """The autoexec.ipxe for a partition and interface (chains boot.ipxe by MAC)."""
+    conf = services.conf
+    opts = redfish_conf.get(conf)
+    loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
+    if conf.artifacts.template_dir:
+        loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
+    env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    url = services.mac_boot_script_url(interface, mac_variable="${net${idx}/mac}")
+    return env.get_template(opts.ipxe_script_template).render(
+        interface=interface, partition_id=partition_id, boot_script_url=url,
+        configurators=list(opts.ipxe_configurators))
+
+
+def _read_ipxe(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise BootInterfaceError(
+            f"cannot read the iPXE EFI binary [redfish] ipxe_efi_path={path}: "
+            f"{exc.strerror}; install Debian trixie's ipxe package or point the "
+            f"option at an ipxe.efi") from None
+    if data[:2] != b"MZ":
+        raise BootInterfaceError(f"[redfish] ipxe_efi_path={path} is not an EFI (PE) "
+                                 f"binary")
+    return data
+
+
+class IsoSpec:
+    """Everything an ISO is built from; its hash names the cached file."""
+
+    def __init__(self, ipxe_efi_path, script, label):
+        self.ipxe_efi_path = ipxe_efi_path
+        self.ipxe = _read_ipxe(ipxe_efi_path)
+        self.script = script
+        self.label = label
+        h = hashlib.sha256()
+        for part in (LAYOUT_VERSION.encode(), self.ipxe, script.encode(), label.encode()):
+            h.update(hashlib.sha256(part).digest())
+        self.digest = h.hexdigest()[:16]
+
+    @property
+    def name(self):
+        return f"ipxe-{self.digest}.iso"
+
+
+def spec_for(services, partition_id, interface):
+    opts = redfish_conf.get(services.conf)
+    return IsoSpec(opts.ipxe_efi_path, render_script(services, partition_id, interface),
+                   opts.iso_volume_label)
+
+
+def cache_dir(conf):
+    return os.path.join(conf.artifacts.cache_dir, CACHE_SUBDIR)
+
+
+def cached_path(conf, name):
+    """Path of a cached ISO named ``name`` if it exists (any configuration)."""
+    if not ISO_NAME_RE.match(name or ""):
+        return None
+    path = os.path.join(cache_dir(conf), name)
+    return path if os.path.isfile(path) else None
+
+
+def ensure_iso(conf, spec):
+    """Build the ISO of ``spec`` unless cached; return its path."""
+    directory = cache_dir(conf)
+    path = os.path.join(directory, spec.name)
+    if os.path.isfile(path):
+        return path
+    with _build_locks_lock:
+        lock = _build_locks.setdefault(spec.digest, threading.Lock())
+    with lock:
+        if os.path.isfile(path):
+            return path
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".iso", dir=directory)
+        os.close(fd)
+        try:
+            build_iso(spec.ipxe, spec.script, spec.label, tmp)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)  # atomic: other processes see all or nothing
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    return path
+
+
+def _run(cmd):
+    tool = cmd[0]
+    if shutil.which(tool) is None:
+        raise BootInterfaceError(
+            f"building the iPXE ISO needs {tool} (Debian packages dosfstools and mtools)")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BootInterfaceError(f"{' '.join(cmd)} failed ({proc.returncode}): "
+                                 f"{proc.stderr.strip()}")
+
+
+def build_efi_image(ipxe, script, path):
+    """A FAT image holding /EFI/BOOT/BOOTX64.EFI and /autoexec.ipxe."""
+    size_kib = max(2048, ((len(ipxe) + len(script)) // 1024 + 512 + 1023) // 1024 * 1024)
+    with open(path, "wb") as f:
+        f.truncate(size_kib * 1024)
+    _run(["mkfs.vfat", "-n", "IPXEBOOT", path])
+    work = os.path.dirname(path)
+    efi = os.path.join(work, "BOOTX64.EFI")
+    with open(efi, "wb") as f:
+        f.write(ipxe)
+    autoexec = os.path.join(work, "autoexec.ipxe")
+    with open(autoexec, "w") as f:
+        f.write(script)
+    env_tools = ["-i", path]
+    _run(["mmd", *env_tools, "::/EFI", "::/EFI/BOOT"])
+    _run(["mcopy", *env_tools, efi, "::/EFI/BOOT/BOOTX64.EFI"])
+    _run(["mcopy", *env_tools, autoexec, "::/autoexec.ipxe"])
+
+
+def build_iso(ipxe, script, label, out_path):
+    with tempfile.TemporaryDirectory(prefix="metalboot-iso-") as work:
+        img_path = os.path.join(work, "efi.img")
+        build_efi_image(ipxe, script, img_path)
+        with open(img_path, "rb") as f:
+            img = f.read()
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=label[:32])
+    iso.add_fp(io.BytesIO(img), len(img), "/EFI.IMG;1", rr_name="efi.img",
+               joliet_path="/efi.img")
+    data = script.encode()
+    iso.add_fp(io.BytesIO(data), len(data), "/AUTOEXEC.IPX;1", rr_name="autoexec.ipxe",
+               joliet_path="/autoexec.ipxe")
+    # One no-emulation entry for platform 0xEF (UEFI), as xorriso -e efi.img does.
+    iso.add_eltorito("/EFI.IMG;1", bootcatfile="/BOOT.CAT;1", rr_bootcatname="boot.cat",
+                     joliet_bootcatfile="/boot.cat", platform_id=0xEF, media_name="noemul")
+    try:
+        iso.write(out_path)
+    finally:
+        iso.close()

@@ -1,0 +1,117 @@
+"""``redfish-virtual-media-ipxe``: the BMC mounts an iPXE ISO and boots it once.
+
+activate: eject whatever media is inserted, insert the partition's iPXE ISO
+(``services.partition_artifact_url``; the BMC downloads or streams it), set
+``BootSourceOverrideTarget=Cd`` (``UsbCd`` where the BMC offers only that),
+``Enabled=Once``, ``Mode=UEFI``, and reset. The firmware boots the ISO's El Torito
+EFI image, i.e. iPXE, which runs ``autoexec.ipxe``: SLAAC (``ifconf -c ipv6``)
+and ``chain`` of boot.ipxe looked up by MAC. That boot.ipxe fetch is the
+evidence (the ISO download is the BMC's, not the machine's).
+"""
+
+import logging
+
+from metalboot_framework.bmc import media
+from metalboot_framework.boot_interface import Capability
+from metalboot_framework.exceptions import ValidationFailed
+from metalboot_redfish import base
+from metalboot_redfish import iso as iso_mod
+
+LOG = logging.getLogger(__name__)
+
+CD_TARGETS = ("Cd", "UsbCd")
+
+
+class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
+    """Boot an iPXE ISO the BMC mounts as virtual CD (Redfish VirtualMedia).
+
+    The ISO is one per partition; iPXE on it does SLAAC and chains boot.ipxe by
+    MAC, and that fetch is the evidence.
+    """
+
+    capabilities = frozenset({Capability.NEEDS_BMC, Capability.UEFI_ONLY,
+                              Capability.VIRTUAL_MEDIA, Capability.IPV6, Capability.LAYER3})
+    evidence_artifacts = ("boot.ipxe",)
+
+    def iso_url(self, services, partition_id):
+        spec = self.iso_spec(services, partition_id)
+        return services.partition_artifact_url(partition_id, self.name, spec.name)
+
+    def is_ours(self, image):
+        """Whether a media URL is an ISO of this interface (any configuration)."""
+        if not image:
+            return False
+        head, _, name = image.rstrip("/").rpartition("/")
+        return bool(iso_mod.ISO_NAME_RE.match(name)) and head.endswith("/" + self.name)
+
+    @staticmethod
+    def cd_target(state):
+        allowed = state.allowed_targets
+        if allowed is None or "Cd" in allowed:
+            return "Cd"
+        if "UsbCd" in allowed:
+            return "UsbCd"
+        return None
+
+    def validate(self, task):
+        self.check_machine(task)
+        self.check_ipxe_binary(task)
+        client = self.client(task)
+        state = client.boot_state()
+        fields = {}
+        if self.cd_target(state) is None:
+            fields["BootSourceOverrideTarget"] = [
+                f"neither Cd nor UsbCd is allowed (allowed: "
+                f"{', '.join(state.allowed_targets)})"]
+        if not any(d.is_cd for d in media.devices(client)):
+            fields["VirtualMedia"] = ["no virtual media device takes a CD"]
+        if fields:
+            raise ValidationFailed(
+                f"BMC {client.address}, system {client.system_label} cannot boot machine "
+                f"{task.machine.id} from virtual media: " + "; ".join(
+                    f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
+
+    def prepare(self, task):
+        self.ensure_iso(task.services, task.partition.id)
+
+    def activate(self, task):
+        spec, _ = self.ensure_iso(task.services, task.partition.id)
+        url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name)
+        client = self.client(task)
+        ejected = media.eject_all(client)
+        device = media.insert_cd(client, url)
+        target = self.cd_target(client.boot_state()) or "Cd"
+        enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
+        task.record_event(f"{self.name}.override",
+                          f"BMC {client.address} system {client.system_label}: "
+                          f"ejected {len(ejected)}, inserted {url} into {device.id}, "
+                          f"BootSourceOverrideTarget={target}, Enabled={enabled}, Mode=UEFI",
+                          interface=self.name, quirks=client.quirks().name)
+        self.reset(task, client)
+
+    def check_drift(self, task):
+        client = self.client(task)
+        expected = self.iso_url(task.services, task.partition.id)
+        drift = []
+        devices = media.devices(client)
+        if not any(d.inserted and d.image == expected for d in devices):
+            held = [f"{d.id}: {d.image}" for d in devices if d.has_media]
+            drift.append(f"virtual media does not hold {expected}"
+                         + (f" (holds {'; '.join(held)})" if held else " (nothing inserted)"))
+        state = client.boot_state()
+        if state.enabled in base.OVERRIDE_ACTIVE and state.target not in CD_TARGETS:
+            drift.append(f"BootSourceOverrideTarget is {state.target} (Enabled "
+                         f"{state.enabled}), expected Cd")
+        return drift
+
+    def clean_up(self, task):
+        if not task.machine.bmc or not task.machine.bmc.address:
+            return
+        client = self.client(task)
+        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image))
+        cleared = client.clear_boot_override(only_targets=CD_TARGETS,
+                                             clear_http_boot_uri=False)
+        task.record_event(f"{self.name}.clean_up",
+                          f"BMC {client.address} system {client.system_label}: ejected "
+                          f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "
+                          f"{', '.join(cleared) or 'no override'}", interface=self.name)

@@ -1,0 +1,191 @@
+"""Shared fixtures: configuration in a temporary state directory, the Flask
+test client, and a real metalboot-server process."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from metalboot_framework.conf import CONF
+
+ADMIN = "admin-token-for-tests"
+READER = "reader-token-for-tests"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def conf(tmp_path):
+    """The global CONF, parsed with no files and pointed at a temporary state dir."""
+    CONF.clear()
+    CONF([], project="metalboot", default_config_files=[], default_config_dirs=[])
+    CONF.set_override("state_path", str(tmp_path / "state"))
+    CONF.set_override("admin_tokens", [ADMIN], group="api")
+    CONF.set_override("reader_tokens", [READER], group="api")
+    yield CONF
+    CONF.clear()
+    CONF.reset()
+
+
+@pytest.fixture
+def services(conf):
+    from metalboot_framework.services import Services
+    svc = Services.from_conf(conf)
+    yield svc
+    svc.db.dispose()
+
+
+@pytest.fixture
+def app(services):
+    from metalboot_framework.api import create_app
+    return create_app(services)
+
+
+class ApiClient:
+    """The Flask test client with a token and JSON by default."""
+
+    def __init__(self, client, token=ADMIN):
+        self.client = client
+        self.token = token
+
+    def _headers(self, headers):
+        out = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        out.update(headers or {})
+        return out
+
+    def get(self, url, headers=None, **kw):
+        return self.client.get(url, headers=self._headers(headers), **kw)
+
+    def delete(self, url, headers=None, **kw):
+        return self.client.delete(url, headers=self._headers(headers), **kw)
+
+    def post(self, url, json=None, headers=None, **kw):
+        if json is not None:
+            kw["json"] = json
+        return self.client.post(url, headers=self._headers(headers), **kw)
+
+    def patch(self, url, json=None, headers=None, **kw):
+        if json is not None:
+            kw["json"] = json
+        return self.client.patch(url, headers=self._headers(headers), **kw)
+
+
+@pytest.fixture
+def api(app):
+    return ApiClient(app.test_client())
+
+
+@pytest.fixture
+def reader_api(app):
+    return ApiClient(app.test_client(), token=READER)
+
+
+def machine_body(n, partition="p1", **extra):
+    body = {"id": f"00000000-0000-4000-8000-{n:012x}", "partition": partition,
+            "nics": [{"mac": "52:54:%02x:%02x:%02x:%02x" % (
+                (n >> 24) & 0xFF, (n >> 16) & 0xFF, (n >> 8) & 0xFF, n & 0xFF)}],
+            "bmc": {"address": "127.0.0.1:8000", "username": "root",
+                    "password": f"bmc-secret-{n}"}}
+    body.update(extra)
+    return body
+
+
+@pytest.fixture
+def partition(api):
+    r = api.post("/v1/partitions", json={"id": "p1", "boot": {
+        "kernel_url": "http://images.example/metal-hammer/vmlinuz",
+        "initrd_url": "http://images.example/metal-hammer/initrd.img",
+        "cmdline": "console=ttyS0", "metal_hammer_version": "v0.13.0"}})
+    assert r.status_code == 201, r.json
+    return r.json
+
+
+class ServerProcess:
+    """A metalboot-server subprocess with its own config, state dir and log."""
+
+    def __init__(self, tmp_path, extra_conf="", env=None, port=None, admin_token=ADMIN):
+        self.tmp_path = tmp_path
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state = tmp_path / "state"
+        self.log_path = tmp_path / "server.log"
+        self.conf_path = tmp_path / "metalboot.conf"
+        tokens = f"admin_tokens = {admin_token}\nreader_tokens = {READER}\n" if admin_token else ""
+        self.conf_path.write_text(
+            f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
+            f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
+            f"[conductor]\npoll_interval = 0.1\n")
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+        self.token = admin_token
+
+    def start(self, wait=True):
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "metalboot_framework.cmd.server",
+             "--config-file", str(self.conf_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url + "/v1", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def log(self):
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def headers(self, token=None):
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def request(self, method, path, token=None, **kw):
+        return requests.request(method, self.url + path, headers=self.headers(token),
+                                timeout=60, **kw)
+
+    def stop(self, sig=None, timeout=20):
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        if sig is None:
+            self.proc.terminate()
+        else:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+        finally:
+            self._log.close()
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    servers = []
+
+    def make(**kw):
+        path = tmp_path / f"server{len(servers)}"
+        path.mkdir()
+        server = ServerProcess(path, **kw)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()

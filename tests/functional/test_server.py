@@ -1,0 +1,178 @@
+"""A real metalboot-server process: HTTP, start-up checks, plugins as installed
+distributions, clean shutdown, and no secrets in its log."""
+
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from tests.conftest import machine_body
+
+pytestmark = pytest.mark.functional
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def example_plugin_site(tmp_path_factory):
+    """The example third-party plugin, pip-installed into its own directory."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--target", str(target),
+                    str(ROOT / "examples/metalboot-example-plugin")], check=True)
+    assert list(target.glob("metalboot_example_plugin-*.dist-info"))
+    return target
+
+
+def test_register_over_http_and_clean_shutdown(server_factory):
+    server = server_factory().start()
+    r = server.request("POST", "/v1/partitions", json={"id": "p1"})
+    assert r.status_code == 201
+    r = server.request("POST", "/v1/machines", json=[machine_body(i) for i in range(3)])
+    assert r.status_code == 201 and r.json()["count"] == 3
+    assert len(server.request("GET", "/v1/machines").json()["machines"]) == 3
+    assert server.request("GET", "/v1/machines").headers["Server"] == "metalboot"
+    assert server.stop() == 0
+    assert "metalboot-server stopped" in server.log()
+    assert "Traceback" not in server.log()
+    # state survives a restart
+    server.start()
+    assert len(server.request("GET", "/v1/machines").json()["machines"]) == 3
+
+
+def test_sigkill_and_restart_keeps_state(server_factory):
+    server = server_factory().start()
+    server.request("POST", "/v1/partitions", json={"id": "p1"})
+    server.request("POST", "/v1/machines", json=machine_body(1))
+    server.stop(sig=signal.SIGKILL)
+    server.start()
+    assert server.request("GET", f"/v1/machines/{machine_body(1)['id']}").status_code == 200
+
+
+def test_bad_input_never_500_over_http(server_factory):
+    server = server_factory().start()
+    bad = [
+        ("POST", "/v1/machines", {"data": b"\xff\xfe", "headers": {"Content-Type":
+                                                                 "application/json"}}),
+        ("POST", "/v1/machines", {"data": b"[1,2", "headers": {"Content-Type":
+                                                             "application/json"}}),
+        ("POST", "/v1/machines", {"json": {"id": None}}),
+        ("POST", "/v1/machines", {"json": [[]]}),
+        ("GET", "/v1/machines?limit=-1", {}),
+        ("GET", "/v1/machines/%00", {}),
+        ("PATCH", "/v1/partitions/x", {"json": {"boot": {"kernel_url": "http://[::1"}}}),
+        ("PUT", "/v1/machines", {}),
+        ("GET", "/v1/nowhere", {}),
+    ]
+    for method, path, kw in bad:
+        headers = dict(server.headers(), **kw.pop("headers", {}))
+        r = requests.request(method, server.url + path, headers=headers, timeout=10, **kw)
+        assert 400 <= r.status_code < 500, (method, path, r.status_code, r.text)
+        assert r.json()["error"]["message"], (method, path)
+    assert "Traceback" not in server.log()
+
+
+def test_bmc_password_not_in_log(server_factory):
+    server = server_factory(extra_conf="debug = true").start()
+    server.request("POST", "/v1/partitions", json={"id": "p1"})
+    server.request("POST", "/v1/machines", json=machine_body(1))
+    server.request("PATCH", f"/v1/machines/{machine_body(1)['id']}",
+                   json={"bmc": {"password": "another-secret"}})
+    r = server.request("POST", "/v1/machines", json=dict(machine_body(2), boot_mode="x"))
+    assert r.status_code == 422
+    assert "bmc-secret-2" not in r.text
+    server.stop()
+    log = server.log()
+    assert "bmc-secret-1" not in log and "another-secret" not in log and "bmc-secret-2" not in log
+    assert "admin-token-for-tests" not in log
+
+
+def test_unknown_plugin_stops_start_with_one_line(server_factory):
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,warp-drive")
+    server.start(wait=False)
+    assert server.proc.wait(30) == 1
+    log = server.log()
+    assert "warp-drive" in log and "not installed" in log
+    assert "Traceback" not in log
+
+
+def test_default_not_enabled_stops_start(server_factory):
+    server = server_factory(extra_conf="default_boot_interface = pxe")
+    server.start(wait=False)
+    assert server.proc.wait(30) == 1
+    assert "default_boot_interface 'pxe' is not in enabled_boot_interfaces" in server.log()
+
+
+def test_non_loopback_without_tokens_is_refused(server_factory):
+    server = server_factory(admin_token=None)
+    server.conf_path.write_text(server.conf_path.read_text().replace(
+        "host_ip = 127.0.0.1", "host_ip = 0.0.0.0"))
+    server.start(wait=False)
+    assert server.proc.wait(30) == 1
+    assert "refusing to listen on 0.0.0.0" in server.log()
+    assert "Traceback" not in server.log()
+
+
+def test_loopback_without_tokens_generates_an_admin_token(server_factory):
+    server = server_factory(admin_token=None).start()
+    token = (server.state / "admin-token").read_text().strip()
+    assert requests.get(server.url + "/v1/machines", timeout=5).status_code == 401
+    assert server.request("GET", "/v1/machines", token=token).status_code == 200
+
+
+def test_third_party_plugin_from_its_own_distribution(server_factory, example_plugin_site,
+                                                      tmp_path):
+    audit = tmp_path / "audit.log"
+    server = server_factory(
+        extra_conf="enabled_boot_interfaces = fake,example",
+        env={"PYTHONPATH": str(example_plugin_site), "METALBOOT_EXAMPLE_AUDIT": str(audit)})
+    server.start()
+    names = [b["name"] for b in server.request("GET", "/v1/boot-interfaces").json()[
+        "boot_interfaces"]]
+    assert names == ["fake", "example"]
+    server.request("POST", "/v1/partitions", json={"id": "p1"})
+    body = machine_body(1, boot_interface="example", properties={"example_dir": str(tmp_path)})
+    assert server.request("POST", "/v1/machines", json=body).status_code == 201
+    r = server.request("POST", f"/v1/machines/{body['id']}/validate", json={})
+    assert r.json()["valid"] is True
+    assert audit.read_text() == f"registered {body['id']} on example\n"
+
+
+def test_broken_plugin_stops_start_naming_it(server_factory, tmp_path):
+    site = tmp_path / "broken-site"
+    dist = site / "metalboot_broken-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: metalboot-broken\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[metalboot.boot_interfaces]\nbroken = metalboot_broken:Broken\n")
+    (site / "metalboot_broken.py").write_text("raise ImportError('needs libfoo.so')\n")
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,broken",
+                            env={"PYTHONPATH": str(site)})
+    server.start(wait=False)
+    assert server.proc.wait(30) == 1
+    log = server.log()
+    assert "boot interface 'broken' (metalboot_broken:Broken) failed to load" in log
+    assert "needs libfoo.so" in log
+    assert "Traceback" not in log
+
+
+def test_dbsync(tmp_path):
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[DEFAULT]\nstate_path = {tmp_path}\n")
+    out = subprocess.run([sys.executable, "-m", "metalboot_framework.cmd.dbsync",
+                          "--config-file", str(conf)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "database at revision" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "metalboot_framework.cmd.dbsync",
+                          "--config-file", str(conf), "--show"], capture_output=True, text=True)
+    assert out.stdout.strip() != "empty"
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[database]\nconnection = nosuchdb://x\n")
+    out = subprocess.run([sys.executable, "-m", "metalboot_framework.cmd.dbsync",
+                          "--config-file", str(bad)], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "schema upgrade failed" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,78 @@
+"""Bearer tokens: 401 without a known token, 403 for a reader on a change."""
+
+import pytest
+
+from tests.conftest import machine_body
+
+MUTATIONS = [
+    ("post", "/v1/partitions", {"id": "p9"}),
+    ("patch", "/v1/partitions/p1", {"description": "x"}),
+    ("delete", "/v1/partitions/p1", None),
+    ("post", "/v1/machines", machine_body(1)),
+    ("patch", "/v1/machines/00000000-0000-4000-8000-000000000001", {"boot_mode": "bios"}),
+    ("delete", "/v1/machines/00000000-0000-4000-8000-000000000001", None),
+    ("post", "/v1/machines/00000000-0000-4000-8000-000000000001/validate", {}),
+]
+READS = ["/v1/partitions", "/v1/partitions/p1", "/v1/machines", "/v1/boot-interfaces",
+         "/v1/machines/00000000-0000-4000-8000-000000000001",
+         "/v1/machines/00000000-0000-4000-8000-000000000001/events"]
+
+
+@pytest.fixture
+def seeded(api, partition):
+    assert api.post("/v1/machines", json=machine_body(1)).status_code == 201
+
+
+@pytest.mark.parametrize("method, url, body", MUTATIONS)
+def test_mutations_need_admin(app, seeded, method, url, body):
+    client = app.test_client()
+    kwargs = {"json": body} if body is not None else {}
+    r = getattr(client, method)(url, **kwargs)
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"].startswith("Bearer")
+    assert r.json["error"]["code"] == 401
+    r = getattr(client, method)(url, headers={"Authorization": "Bearer wrong"}, **kwargs)
+    assert r.status_code == 401
+    r = getattr(client, method)(url, headers={"Authorization": "Basic abc"}, **kwargs)
+    assert r.status_code == 401
+    r = getattr(client, method)(url, headers={"Authorization": "Bearer reader-token-for-tests"},
+                                **kwargs)
+    assert r.status_code == 403
+    assert "admin" in r.json["error"]["message"]
+
+
+@pytest.mark.parametrize("url", READS)
+def test_reads_need_a_token_and_a_reader_suffices(app, reader_api, seeded, url):
+    assert app.test_client().get(url).status_code == 401
+    assert reader_api.get(url).status_code == 200
+
+
+def test_nothing_changed_by_refused_requests(app, api, seeded):
+    client = app.test_client()
+    client.delete("/v1/machines/00000000-0000-4000-8000-000000000001",
+                  headers={"Authorization": "Bearer reader-token-for-tests"})
+    assert api.get("/v1/machines/00000000-0000-4000-8000-000000000001").status_code == 200
+
+
+def test_root_and_openapi_are_public(app):
+    client = app.test_client()
+    assert client.get("/v1").status_code == 200
+    assert client.get("/v1/openapi.json").status_code == 200
+
+
+def test_generated_admin_token_when_none_configured(conf, tmp_path):
+    from metalboot_framework.api import create_app
+    from metalboot_framework.services import Services
+    conf.set_override("admin_tokens", [], group="api")
+    conf.set_override("reader_tokens", [], group="api")
+    services = Services.from_conf(conf)
+    client = create_app(services).test_client()
+    token_file = tmp_path / "state" / "admin-token"
+    token = token_file.read_text().strip()
+    assert len(token) >= 32
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert client.get("/v1/machines").status_code == 401
+    assert client.get("/v1/machines", headers={"Authorization": f"Bearer {token}"}) \
+        .status_code == 200
+    # a second start reuses it
+    assert Services.from_conf(conf).api_tokens()[0] == [token]
