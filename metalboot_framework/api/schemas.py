@@ -20,6 +20,7 @@ NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a le
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance")
 MACHINE_STATES = ("ready", "migrating", "maintenance", "error")
+MAX_PAGE_SIZE = 1000
 
 
 class StrictSchema(Schema):
@@ -30,7 +31,8 @@ class StrictSchema(Schema):
 class MacAddress(fields.String):
     """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
 
-    default_error_messages = {"invalid_mac": "Not a valid MAC address (expected aa:bb:cc:dd:ee:ff)."}
+    default_error_messages = {
+        "invalid_mac": "Not a valid MAC address (expected aa:bb:cc:dd:ee:ff)."}
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -186,7 +188,9 @@ class BmcOutSchema(Schema):
 
 
 class NicSchema(StrictSchema):
-    mac = MacAddress(required=True)
+    mac = MacAddress(required=True, metadata={
+        "pattern": "^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$",
+        "description": "Unicast MAC; '-' or ':' separated; returned lowercase with ':'."})
     duid = Duid(allow_none=True, metadata={"description": "DHCPv6 DUID of the NIC's firmware."})
     ipv4_address = Ipv4(allow_none=True)
     ipv6_address = Ipv6(allow_none=True)
@@ -205,7 +209,8 @@ def _unique_nics(nics):
 
 
 class MachineCreateSchema(StrictSchema):
-    id = MachineId(required=True, metadata={"description": "metal-api's machine UUID."})
+    id = MachineId(required=True, metadata={"description": "metal-api's machine UUID.",
+                                            "format": "uuid"})
     partition = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcInSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
@@ -282,7 +287,7 @@ class MachineListQuerySchema(StrictSchema):
     partition = fields.String(validate=validate.Length(max=128))
     boot_interface = fields.String(validate=validate.Length(max=64))
     state = fields.String(validate=validate.OneOf(MACHINE_STATES))
-    limit = fields.Integer(validate=validate.Range(min=1))
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     marker = fields.String(validate=validate.Length(max=64), metadata={
         "description": "Id of the last machine of the previous page."})
 
@@ -320,7 +325,7 @@ class EventListSchema(Schema):
 
 class EventQuerySchema(StrictSchema):
     since = fields.Integer(validate=validate.Range(min=0), load_default=0)
-    limit = fields.Integer(validate=validate.Range(min=1))
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
 
 
 # -- boot interfaces ----------------------------------------------------------

@@ -155,9 +155,10 @@ class BmcClient:
                       found.name)
         return found
 
-    def quirks(self):
+    def quirks(self, operation="read ComputerSystem (Manufacturer, Model)"):
+        """The vendor quirks of this BMC (reads the system once)."""
         if self._quirks is None:
-            self.run("read ComputerSystem", self.system_json)
+            self.run(operation, self.system_json)
         return self._quirks
 
     # -- boot override ----------------------------------------------------------
@@ -178,7 +179,17 @@ class BmcClient:
         attr = self._quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
         attrs, settings = self._bios(conn, system)
         if attrs is not None and attr in attrs:
-            return f"Bios.{attr}", attrs.get(attr) or None, attrs, settings
+            value = attrs.get(attr)
+            # A BIOS applies attribute changes at the next boot: a pending value
+            # in the Settings object is what the next boot will use.
+            try:
+                pending, _ = self.get_json(conn, settings)
+                pending = pending.get("Attributes") or {}
+                if attr in pending:
+                    value = pending[attr]
+            except sushy.exceptions.ResourceNotFoundError:
+                pass
+            return f"Bios.{attr}", value or None, attrs, settings
         return None, None, attrs, settings
 
     def boot_state(self):
@@ -225,7 +236,7 @@ class BmcClient:
         operation = (f"PATCH Boot.BootSourceOverrideTarget={target}"
                      + (f", Boot.HttpBootUri={http_boot_uri}" if http_boot_uri else ""))
         # Read quirks first, so the retry policy knows about POST refusals.
-        self.quirks()
+        self.quirks(operation)
 
         def apply(conn):
             system, etag = self.system_json(conn)
@@ -307,7 +318,8 @@ class BmcClient:
         ``only_targets``: leave an override alone whose target is not one of
         these (someone else's). Returns a list of what was cleared.
         """
-        self.quirks()
+        operation = "PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)"
+        self.quirks(operation)
 
         def clear(conn):
             cleared = []
@@ -337,7 +349,7 @@ class BmcClient:
                 conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
             return cleared
 
-        result = self.run("PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)", clear)
+        result = self.run(operation, clear)
         with _REAPPLY_LOCK:
             _REAPPLY.pop((self.url, self._path), None)
         return result

@@ -24,7 +24,7 @@ opts = [
                help="Most machines one POST /v1/machines may register."),
     cfg.IntOpt("max_page_size", default=1000, min=1,
                help="Largest accepted 'limit' of a list request."),
-    cfg.IntOpt("default_page_size", default=100, min=1,
+    cfg.IntOpt("default_page_size", default=100, min=1, max=1000,
                help="'limit' of a list request that names none."),
     cfg.IntOpt("threads", default=16, min=1,
                help="Worker threads of the WSGI server."),

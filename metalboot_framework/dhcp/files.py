@@ -55,8 +55,13 @@ def check_writable_dir(path):
         return "is not set"
     if not os.path.isdir(path):
         return f"{path} does not exist or is not a directory"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"{path} is not writable by this process (uid {os.getuid()})"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".metalboot-probe.", suffix=".tmp", dir=path)
+    except OSError as exc:
+        return (f"{path} is not writable by this process (uid {os.getuid()}): "
+                f"{exc.strerror or exc}")
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 

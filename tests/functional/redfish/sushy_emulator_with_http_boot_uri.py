@@ -70,9 +70,17 @@ fakedriver.FakeDriver = FakeDriverWithHttpBootUri
 _stock_system_resource = emulator.app.view_functions["system_resource"]
 
 
-def _allowed_targets(document):
-    return (document.get("Boot") or {}).get(
-        "BootSourceOverrideTarget@Redfish.AllowableValues") or []
+def _uefi(systems, uuid):
+    # Like the stock system.json template: UefiHttp and HttpBootUri exist only
+    # for systems in UEFI mode.
+    try:
+        return systems.get_boot_mode(uuid) == "UEFI"
+    except fakedriver.error.NotSupportedError:
+        return False
+
+
+def _allowed_targets(systems, uuid):
+    return ["Pxe", "Cd", "Hdd"] + (["UefiHttp"] if _uefi(systems, uuid) else [])
 
 
 def _error(message, status=400):
@@ -101,16 +109,15 @@ def system_resource(identity):
     if boot is None or "IndicatorLED" in body:
         return _stock_system_resource(identity)
     uuid = systems.uuid(identity)
-    current = json.loads(_stock_system_resource(identity).get_data())
     target = boot.get("BootSourceOverrideTarget")
     enabled = boot.get("BootSourceOverrideEnabled")
     mode = boot.get("BootSourceOverrideMode")
-    if target and target not in _allowed_targets(current):
+    if target and target not in _allowed_targets(systems, uuid):
         return _error(f"BootSourceOverrideTarget {target} not in AllowableValues")
     if enabled and enabled not in ("Once", "Continuous", "Disabled"):
         return _error(f"BootSourceOverrideEnabled {enabled} invalid")
     if "HttpBootUri" in boot:
-        if "HttpBootUri" not in (current.get("Boot") or {}):
+        if not _uefi(systems, uuid):
             return _error("HttpBootUri is not supported by this system")
         systems.set_system_http_boot_uri(uuid, boot["HttpBootUri"])
     if target:

@@ -1,0 +1,148 @@
+"""Vendor quirks, against a mock BMC serving each vendor's kind of Redfish JSON."""
+
+import pytest
+
+from conftest import SYSTEM, make_conf
+from metalboot_framework.bmc import power, quirks
+from metalboot_framework.bmc.client import BmcClient
+from metalboot_framework.exceptions import BmcError, BmcUnsupported
+from metalboot_framework.task import BmcInfo
+
+URI = "http://[fd00:b007::1]:6480/boot/m1/redfish-http-url/tok/ipxe.iso"
+
+
+def client(tmp_path, bmc, **overrides):
+    return BmcClient(make_conf(tmp_path, **overrides), BmcInfo(bmc.url, "root", "calvin-pw", False))
+
+
+@pytest.mark.parametrize("manufacturer,model,name", [
+    ("AMI", "MegaRAC SP-X", "ami"), ("American Megatrends International", "", "ami"),
+    ("ASRockRack", "ROMED8-2T", "asrock"), ("Supermicro", "X12DPi", "supermicro"),
+    ("HPE", "ProLiant DL360 Gen10", "hpe"), ("Dell Inc.", "PowerEdge R650", "dell"),
+    ("Lenovo", "ThinkSystem SR650", "lenovo"), ("Sushy Emulator", "", "generic"),
+    (None, None, "generic")])
+def test_quirk_table(manufacturer, model, name):
+    assert quirks.quirks_for(manufacturer, model).name == name
+
+
+def test_generic_bmc_gets_minimal_request(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    bmc.boot["BootSourceOverrideEnabled"] = "Once"
+    client(tmp_path, bmc).set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    # Enabled and Mode already as wanted: not sent
+    assert bmc.requests("PATCH") == [{"Boot": {"BootSourceOverrideTarget": "UefiHttp",
+                                               "HttpBootUri": URI}}]
+
+
+def test_ami_gets_full_request(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("AMI", "MegaRAC")
+    bmc.boot["BootSourceOverrideEnabled"] = "Once"
+    client(tmp_path, bmc).set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    assert bmc.requests("PATCH") == [{"Boot": {
+        "BootSourceOverrideTarget": "UefiHttp", "BootSourceOverrideEnabled": "Once",
+        "BootSourceOverrideMode": "UEFI", "HttpBootUri": URI}}]
+    c = client(tmp_path, bmc)
+    c.clear_boot_override()
+    assert bmc.requests("PATCH")[-1] == {"Boot": {
+        "BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "UefiHttp",
+        "BootSourceOverrideMode": "UEFI", "HttpBootUri": None}}
+
+
+def test_asrock_quirk_found_through_manager(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("ASRockRack", system_manufacturer=False)
+    c = client(tmp_path, bmc)
+    assert c.quirks().name == "asrock"
+    c.set_boot_override("Pxe", "Once", "UEFI")
+    assert set(bmc.requests("PATCH")[0]["Boot"]) == {
+        "BootSourceOverrideTarget", "BootSourceOverrideEnabled", "BootSourceOverrideMode"}
+
+
+def test_supermicro_always_gets_enabled(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Supermicro", "X12")
+    bmc.boot["BootSourceOverrideEnabled"] = "Once"
+    client(tmp_path, bmc).set_boot_override("Cd", "Once", "UEFI")
+    assert bmc.requests("PATCH") == [{"Boot": {"BootSourceOverrideTarget": "Cd",
+                                               "BootSourceOverrideEnabled": "Once"}}]
+
+
+def test_hpe_retried_while_in_post(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("HPE", "ProLiant DL380 Gen10")
+    bmc.post_refusals = 2
+    client(tmp_path, bmc).set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    assert len(bmc.requests("PATCH")) == 3
+    assert bmc.boot["HttpBootUri"] == URI and bmc.boot["BootSourceOverrideTarget"] == "UefiHttp"
+
+
+def test_hpe_post_retry_gives_up_after_timeout(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("HPE", "ProLiant")
+    bmc.post_refusals = 10 ** 6
+    with pytest.raises(BmcError) as exc:
+        client(tmp_path, bmc, post_retry_timeout=0.2).set_boot_override("Pxe")
+    assert "UnableToModifyDuringSystemPOST" in str(exc.value) and bmc.url in str(exc.value)
+    assert 2 <= len(bmc.requests("PATCH")) < 50
+
+
+def test_same_refusal_from_other_vendor_is_not_retried(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    bmc.post_refusals = 1
+    with pytest.raises(BmcError) as exc:
+        client(tmp_path, bmc).set_boot_override("Pxe")
+    assert len(bmc.requests("PATCH")) == 1  # a 4xx is never retried
+    assert "HTTP 400" in str(exc.value) and "BootSourceOverrideTarget=Pxe" in str(exc.value)
+
+
+@pytest.mark.parametrize("vendor,model", [("Dell Inc.", "PowerEdge R650"),
+                                          ("Lenovo", "ThinkSystem SR630")])
+def test_http_boot_uri_in_bios_attribute(tmp_path, mock_redfish_bmc, vendor, model):
+    bmc = mock_redfish_bmc(vendor, model, http_boot_uri=False, bios_uri_attribute="HttpDev1Uri")
+    c = client(tmp_path, bmc)
+    c.set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    settings = bmc.requests("PATCH", SYSTEM + "/Bios/Settings")
+    assert settings[0]["Attributes"]["HttpDev1Uri"] == URI
+    if vendor.startswith("Dell"):
+        assert settings[0]["Attributes"]["HttpDev1EnDis"] == "Enabled"
+    boot_patch = bmc.requests("PATCH")[0]["Boot"]
+    assert boot_patch["BootSourceOverrideTarget"] == "UefiHttp" and "HttpBootUri" not in boot_patch
+    state = c.boot_state()
+    assert (state.http_boot_uri_location, state.http_boot_uri) == ("Bios.HttpDev1Uri", URI)
+    cleared = c.clear_boot_override()
+    assert bmc.requests("PATCH", SYSTEM + "/Bios/Settings")[-1] == \
+        {"Attributes": {"HttpDev1Uri": ""}}
+    assert any("Bios.HttpDev1Uri" in item for item in cleared)
+    assert c.boot_state().http_boot_uri is None
+
+
+def test_no_place_for_http_boot_uri(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso", http_boot_uri=False)
+    with pytest.raises(BmcUnsupported) as exc:
+        client(tmp_path, bmc).set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    assert "Boot.HttpBootUri" in str(exc.value) and bmc.url in str(exc.value)
+    assert bmc.requests("PATCH") == []
+
+
+def test_continuous_refused_falls_back_to_once_reapplied_before_reset(tmp_path,
+                                                                      mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    bmc.refuse_continuous = True
+    c = client(tmp_path, bmc)
+    assert c.set_boot_override("UefiHttp", "Continuous", "UEFI", URI) == "Once"
+    patches = bmc.requests("PATCH")
+    assert patches[0]["Boot"]["BootSourceOverrideEnabled"] == "Continuous"  # refused
+    assert patches[1]["Boot"]["BootSourceOverrideEnabled"] == "Once"
+    bmc.boot["BootSourceOverrideEnabled"] = "Disabled"  # the Once was used by a boot
+    del bmc.log[:]
+    assert power.reset(c) == "On"
+    methods = [(m, p.rsplit("/", 1)[-1]) for m, p, _ in bmc.log if m != "GET"]
+    assert methods[:2] == [("PATCH", "1"), ("POST", "ComputerSystem.Reset")]
+    assert bmc.boot["BootSourceOverrideEnabled"] == "Once"
+    # once cleared, resets no longer re-apply it
+    c.clear_boot_override()
+    del bmc.log[:]
+    power.reset(c)
+    assert [m for m, _, _ in bmc.log if m == "PATCH"] == []
+
+
+def test_continuous_not_in_allowable_values_goes_straight_to_once(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso", enabled_allowable=["Once", "Disabled"])
+    assert client(tmp_path, bmc).set_boot_override("Pxe", "Continuous", "UEFI") == "Once"
+    assert [p["Boot"]["BootSourceOverrideEnabled"] for p in bmc.requests("PATCH")] == ["Once"]
