@@ -6,13 +6,15 @@ import uuid
 
 from flask import Flask, g, request
 
-from metalboot_framework.api import boot, boot_interfaces, errors, machines, partitions, root
+from metalboot_framework.api import (boot, boot_interfaces, errors, events, machines,
+                                     migrations, partitions, root)
 
 LOG = logging.getLogger(__name__)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, machines.bp, boot.bp)
+BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, machines.bp, migrations.bp, events.bp,
+              boot.bp)
 
 
 def create_app(services, extra_blueprints=()):

@@ -15,7 +15,8 @@ def root():
     """Name, version and the collections of this API."""
     return jsonify({"name": "metalboot", "version": __version__, "links": {
         "openapi": "/v1/openapi.json", "boot_interfaces": "/v1/boot-interfaces",
-        "partitions": "/v1/partitions", "machines": "/v1/machines"}})
+        "partitions": "/v1/partitions", "machines": "/v1/machines",
+        "migrations": "/v1/migrations", "events": "/v1/events"}})
 
 
 @bp.get("/v1/openapi.json")

@@ -377,3 +377,141 @@ class ErrorBodySchema(Schema):
 
 class ErrorSchema(Schema):
     error = fields.Nested(ErrorBodySchema)
+
+
+# -- migrations -----------------------------------------------------------------
+
+MIGRATION_STATES = ("running", "paused", "cancelling", "cancelled", "halted", "done")
+MACHINE_STEPS = ("queued", "validating", "preparing", "activating", "awaiting_boot",
+                 "verifying", "done", "rolling_back", "rolled_back", "rollback_failed",
+                 "skipped", "cancelled", "valid", "invalid")
+
+
+class MaxFailures(fields.Field):
+    """A count (int) or a share of the machines ("10%")."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool):
+            raise ValidationError("Give a count (e.g. 3) or a percentage (e.g. \"10%\").")
+        if isinstance(value, int):
+            if value < 0:
+                raise ValidationError("Must be at least 0.")
+            return {"count": value}
+        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(\.\d+)?%", value.strip()):
+            pct = float(value.strip()[:-1])
+            if pct > 100:
+                raise ValidationError("A percentage is at most 100%.")
+            return {"percent": pct}
+        raise ValidationError("Give a count (e.g. 3) or a percentage (e.g. \"10%\").")
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        return value
+
+
+class SelectorSchema(StrictSchema):
+    machines = fields.List(MachineId(), validate=validate.Length(min=1, max=10000),
+                           metadata={"description": "Machine ids; or give partition."})
+    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
+        "description": "With partition: only machines now on this boot interface."})
+    state = fields.String(validate=validate.OneOf(("ready",)), metadata={
+        "description": "With partition: only machines in this state (ready)."})
+
+    @validates_schema
+    def _one_kind(self, data, **kwargs):
+        if ("machines" in data) == ("partition" in data):
+            raise ValidationError("Give either machines or partition.", "_schema")
+        if "machines" in data and ({"boot_interface", "state"} & set(data)):
+            raise ValidationError("boot_interface and state filter a partition selector only.",
+                                  "_schema")
+
+
+class MigrationCreateSchema(StrictSchema):
+    selector = fields.Nested(SelectorSchema, required=True)
+    boot_interface = fields.String(required=True, validate=validate.Length(min=1, max=64),
+                                   metadata={"description": "The target boot interface."})
+    max_parallel = fields.Integer(load_default=10, validate=validate.Range(min=1, max=5000),
+                                  metadata={"description": "Machines in flight at once."})
+    max_failures = MaxFailures(load_default=None, allow_none=True, metadata={
+        "description": "Count or percentage (\"10%\") of failed machines beyond which no "
+                       "new machine starts and the migration halts. Default: no limit.",
+        "oneOf": [{"type": "integer", "minimum": 0},
+                  {"type": "string", "pattern": "^[0-9]{1,3}(\\.[0-9]+)?%$"}]})
+    canary = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10000), metadata={
+        "description": "The first N machines must all succeed before the rest start."})
+    boot_timeout = fields.Integer(validate=validate.Range(min=1, max=86400), metadata={
+        "description": "Seconds from activation to boot evidence; default "
+                       "[conductor] default_boot_timeout."})
+    dry_run = fields.Boolean(load_default=False, metadata={
+        "description": "Validate every selected machine against the target; change nothing."})
+
+
+class MigrationSchema(Schema):
+    id = fields.String()
+    state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    boot_interface = fields.String()
+    selector = fields.Dict()
+    options = fields.Dict()
+    total = fields.Integer()
+    counts = fields.Dict(keys=fields.String(), values=fields.Integer(), metadata={
+        "description": "Machines per step."})
+    progress = fields.Float(metadata={"description": "Share of machines finished, 0..1."})
+    reason = fields.String(allow_none=True)
+    created_at = fields.String()
+    started_at = fields.String(allow_none=True)
+    finished_at = fields.String(allow_none=True)
+    estimated_completion = fields.String(allow_none=True)
+
+
+class MigrationListSchema(Schema):
+    migrations = fields.List(fields.Nested(MigrationSchema))
+    next_marker = fields.String(allow_none=True)
+
+
+class MigrationListQuerySchema(StrictSchema):
+    state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
+    marker = fields.String(validate=validate.Length(max=64))
+
+
+class EvidenceSchema(Schema):
+    id = fields.Integer()
+    kind = fields.String()
+    path = fields.String()
+    client_address = fields.String(allow_none=True)
+    created_at = fields.String()
+
+
+class MigrationMachineSchema(Schema):
+    machine_id = fields.String()
+    position = fields.Integer()
+    canary = fields.Boolean()
+    source_boot_interface = fields.String()
+    state = fields.String(validate=validate.OneOf(MACHINE_STEPS))
+    attempt = fields.Integer()
+    last_error = fields.String(allow_none=True)
+    started_at = fields.String(allow_none=True)
+    activated_at = fields.String(allow_none=True)
+    finished_at = fields.String(allow_none=True)
+    evidence = fields.Nested(EvidenceSchema, allow_none=True)
+    seconds_to_evidence = fields.Float(allow_none=True)
+
+
+class MigrationMachineListSchema(Schema):
+    machines = fields.List(fields.Nested(MigrationMachineSchema))
+    next_marker = fields.Integer(allow_none=True, metadata={
+        "description": "Position of the last machine of this page."})
+
+
+class MigrationMachineQuerySchema(StrictSchema):
+    state = fields.String(validate=validate.OneOf(MACHINE_STEPS))
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
+    marker = fields.Integer(validate=validate.Range(min=-1))
+
+
+class FeedQuerySchema(StrictSchema):
+    since = fields.Integer(validate=validate.Range(min=0), load_default=0, metadata={
+        "description": "Cursor: the next_cursor of the previous answer (0: from the start)."})
+    limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
+    machine_id = fields.String(validate=validate.Length(max=64))
+    migration_id = fields.String(validate=validate.Length(max=64))

@@ -14,5 +14,12 @@
 Plugins get a client with :func:`client_for_task`.
 """
 
+import sushy.auth  # noqa: F401  (so that its loggers exist for the filter below)
+import sushy.resources.manager.virtual_media  # noqa: F401
+import sushy.resources.system.system  # noqa: F401
+
+from metalboot_framework.bmc import media, power, redact  # noqa: F401
 from metalboot_framework.bmc.client import BmcClient, BootState, client_for_task  # noqa: F401
 from metalboot_framework.bmc.quirks import Quirks, quirks_for  # noqa: F401
+
+redact.install_log_filter("sushy", "metalboot_framework.bmc")

@@ -21,8 +21,6 @@ from metalboot_framework.exceptions import BmcUnsupported, InvalidInput
 
 LOG = logging.getLogger(__name__)
 
-redact.install_log_filter("sushy", "metalboot_framework.bmc")
-
 #: Machine property naming the system on a BMC that has several.
 SYSTEM_ID_PROPERTY = "redfish_system_id"
 
@@ -79,7 +77,7 @@ class BmcClient:
 
     @property
     def system_label(self):
-        return self._path or self.system_id or "(default)"
+        return self._path or self.system_path_hint() or "(default)"
 
     # -- plumbing -------------------------------------------------------------
     def connection(self):

@@ -59,11 +59,15 @@ class RedactingFilter(logging.Filter):
 _filter = RedactingFilter()
 
 
-def install_log_filter(*logger_names):
-    for name in logger_names:
+def install_log_filter(*prefixes):
+    """Attach the filter to every existing logger named by or below ``prefixes``.
+
+    Logger filters do not apply to records of child loggers, so each module
+    logger (``sushy.connector``, ``sushy.main``...) gets its own.
+    """
+    names = [name for name in list(logging.Logger.manager.loggerDict)
+             if any(name == p or name.startswith(p + ".") for p in prefixes)]
+    for name in set(names) | set(prefixes):
         logger = logging.getLogger(name)
         if _filter not in logger.filters:
             logger.addFilter(_filter)
-        for handler in logger.handlers:
-            if _filter not in handler.filters:
-                handler.addFilter(_filter)

@@ -1,14 +1,30 @@
-"""The conductor process: heartbeat, recovery of stale locks, and the workers."""
+"""The conductor: heartbeat, recovery, the scheduler of migration steps, drift checks.
 
+A scheduler thread looks at the live migrations every ``poll_interval`` (and
+whenever a step finishes): it starts queued machines up to ``max_parallel``
+(canaries first), hands runnable steps to a pool of worker threads, moves
+machines awaiting boot on when their evidence arrives or their time runs out,
+halts migrations past their failure budget and closes finished ones. All state
+is in the database, so a restarted conductor simply carries on; several
+conductors can share one database because every step is claimed with a
+conditional update of the machine's lock.
+"""
+
+import concurrent.futures
 import datetime
 import logging
 import threading
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
+from metalboot_framework import migrations as mig
+from metalboot_framework.boot_interface import Evidence
+from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
+
+MM = models.MigrationMachine
 
 
 class Conductor:
@@ -16,12 +32,24 @@ class Conductor:
         self.services = services
         self.conf = services.conf
         self.host = services.conf.host
+        self.runner = StepRunner(services, self.host)
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._threads = []
+        self._pool = None
+        self._in_flight = set()
+        self._in_flight_lock = threading.Lock()
+        self._evidence_cursor = -1
 
+    # -- life cycle -----------------------------------------------------------------
     def start(self):
         self._register()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.conf.conductor.workers, thread_name_prefix="conductor-worker")
         self._spawn(self._heartbeat_loop, "heartbeat")
+        self._spawn(self._scheduler_loop, "scheduler")
+        if self.conf.conductor.drift_check_interval:
+            self._spawn(self._drift_loop, "drift")
 
     def _spawn(self, target, name):
         thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
@@ -29,12 +57,18 @@ class Conductor:
         self._threads.append(thread)
 
     def stop(self, timeout=10):
+        """Stop starting work, let running steps finish, release what we hold."""
         self._stop.set()
+        self._wake.set()
         for thread in self._threads:
             thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
+            s.execute(update(models.Machine).where(models.Machine.reservation == self.host)
+                      .values(reservation=None, reserved_at=None))
 
     def _register(self):
         """Record this conductor as live; release locks a previous run left behind."""
@@ -66,19 +100,264 @@ class Conductor:
     def heartbeat(self):
         """Refresh our heartbeat; release the locks of conductors that died."""
         now = models.utcnow()
+        limit = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_timeout)
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(heartbeat_at=now, online=True))
-            limit = now - datetime.timedelta(
-                seconds=self.conf.conductor.heartbeat_timeout)
             dead = list(s.scalars(select(models.Conductor.hostname).where(
-                models.Conductor.heartbeat_at < limit)))
+                models.Conductor.heartbeat_at < limit, models.Conductor.online.is_(True))))
             if dead:
                 released = s.execute(update(models.Machine)
                                      .where(models.Machine.reservation.in_(dead))
                                      .values(reservation=None, reserved_at=None)).rowcount
                 s.execute(update(models.Conductor).where(models.Conductor.hostname.in_(dead))
                           .values(online=False))
-                if released:
-                    LOG.warning("released %d lock(s) of dead conductor(s) %s", released,
-                                ", ".join(dead))
+                LOG.warning("conductor(s) %s missed heartbeats; released %d lock(s)",
+                            ", ".join(dead), released)
+
+    # -- scheduling ----------------------------------------------------------------
+    def _scheduler_loop(self):
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                LOG.exception("scheduler tick failed")
+            self._wake.wait(self.conf.conductor.poll_interval)
+            self._wake.clear()
+
+    def tick(self):
+        """One look at every live migration."""
+        with self.services.db.read() as s:
+            live = list(s.scalars(select(models.Migration).where(
+                models.Migration.state.in_(mig.LIVE_STATES) |
+                ((models.Migration.state == "halted") & models.Migration.finished_at.is_(None)))
+                .order_by(models.Migration.created_at)))
+        if not live:
+            return
+        self._check_evidence()
+        for migration in live:
+            if migration.state == "cancelling":
+                self._cancel_queued(migration)
+            elif migration.state == "running":
+                if not self._check_budget(migration):
+                    self._start_queued(migration)
+            self._dispatch(migration)
+            self._close_if_finished(migration)
+
+    def _dispatch(self, migration):
+        with self.services.db.read() as s:
+            rows = s.execute(
+                select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
+                .where(MM.migration_id == migration.id, MM.state.in_(RUNNABLE),
+                       models.Machine.reservation.is_(None))
+                .order_by(MM.position)).all()
+        for (machine_id,) in rows:
+            with self._in_flight_lock:
+                if machine_id in self._in_flight:
+                    continue
+                self._in_flight.add(machine_id)
+            self._pool.submit(self._work, migration.id, machine_id)
+
+    def _work(self, migration_id, machine_id):
+        """Run the machine's steps one after another while they are runnable."""
+        try:
+            while not self._stop.is_set():
+                if not self.runner.run(migration_id, machine_id):
+                    break
+                with self.services.db.read() as s:
+                    state = s.scalar(select(MM.state).where(MM.migration_id == migration_id,
+                                                            MM.machine_id == machine_id))
+                if state not in RUNNABLE:
+                    break
+        except Exception:
+            LOG.exception("step of machine %s in migration %s failed", machine_id, migration_id)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight.discard(machine_id)
+            self._wake.set()
+
+    def _start_queued(self, migration):
+        options = migration.options
+        with self.services.db.read() as s:
+            by_state = mig.counts(s, migration.id)
+            in_flight = sum(n for state, n in by_state.items() if state in mig.IN_FLIGHT)
+            capacity = options["max_parallel"] - in_flight
+            if capacity <= 0 or not by_state.get("queued"):
+                return
+            q = select(MM.machine_id, MM.canary).where(
+                MM.migration_id == migration.id, MM.state == "queued").order_by(MM.position)
+            canaries_open = s.scalar(select(func.count()).select_from(MM).where(
+                MM.migration_id == migration.id, MM.canary.is_(True),
+                MM.state.not_in(mig.SUCCEEDED)))
+            if canaries_open:
+                q = q.where(MM.canary.is_(True))
+            starting = s.execute(q.limit(capacity)).all()
+        now = models.utcnow()
+        for machine_id, canary in starting:
+            with self.services.db.write() as s:
+                s.execute(update(MM).where(MM.migration_id == migration.id,
+                                           MM.machine_id == machine_id, MM.state == "queued")
+                          .values(started_at=now, attempt=MM.attempt + 1))
+            self.runner.transition(migration.id, machine_id, "queued", "validating",
+                                   "started" + (" (canary)" if canary else ""))
+
+    def _check_evidence(self):
+        """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline."""
+        with self.services.db.read() as s:
+            newest = s.scalar(select(func.max(models.BootEvidence.id))) or 0
+            waiting = s.execute(
+                select(MM.migration_id, MM.machine_id, MM.activated_at, MM.deadline,
+                       models.Migration.target_boot_interface)
+                .join(models.Migration, models.Migration.id == MM.migration_id)
+                .where(MM.state == "awaiting_boot")).all()
+            if not waiting:
+                self._evidence_cursor = newest
+                return
+            records = {}
+            if newest != self._evidence_cursor:
+                ids = [w.machine_id for w in waiting]
+                for start in range(0, len(ids), 500):
+                    for ev in s.scalars(select(models.BootEvidence).where(
+                            models.BootEvidence.machine_id.in_(ids[start:start + 500]))
+                            .order_by(models.BootEvidence.id)):
+                        records.setdefault(ev.machine_id, []).append(ev)
+        self._evidence_cursor = newest
+        now = models.utcnow()
+        for w in waiting:
+            found = None
+            candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
+                                   e.client_address, e.created_at)
+                          for e in records.get(w.machine_id, ())
+                          if w.activated_at is None or e.created_at >= w.activated_at]
+            if candidates:
+                iface = self.services.interfaces.get(w.target_boot_interface)
+                task = self.services.task(w.machine_id, w.target_boot_interface, w.migration_id)
+                found = iface.recognise_evidence(task, candidates)
+            if found is not None:
+                self.runner.transition(
+                    w.migration_id, w.machine_id, "awaiting_boot", "verifying",
+                    f"boot evidence: {found.kind} of {found.path} from {found.client_address}",
+                    evidence_id=found.id)
+            elif w.deadline is not None and now > w.deadline:
+                seconds = int((w.deadline - w.activated_at).total_seconds()) \
+                    if w.activated_at else "?"
+                error = f"no boot evidence through {w.target_boot_interface} within {seconds} s"
+                self.runner.transition(w.migration_id, w.machine_id, "awaiting_boot",
+                                       "rolling_back", error, error=error)
+
+    def _check_budget(self, migration):
+        """Halt a migration past its failure budget or with a failed canary."""
+        with self.services.db.read() as s:
+            failed_canary = s.execute(select(MM.machine_id, MM.last_error).where(
+                MM.migration_id == migration.id, MM.canary.is_(True),
+                MM.state.in_(("rolling_back",) + mig.FAILED))).first()
+            failures = s.scalar(select(func.count()).select_from(MM).where(
+                MM.migration_id == migration.id,
+                MM.state.in_(("rolling_back",) + mig.FAILED)))
+        reason = None
+        if failed_canary is not None:
+            reason = f"canary machine {failed_canary.machine_id} failed: {failed_canary.last_error}"
+        budget = migration.options.get("max_failures")
+        if reason is None and budget:
+            if "count" in budget and failures > budget["count"]:
+                reason = f"{failures} machines failed, more than max_failures {budget['count']}"
+            elif "percent" in budget and migration.total and \
+                    failures * 100.0 / migration.total > budget["percent"]:
+                reason = (f"{failures} of {migration.total} machines failed, more than "
+                          f"max_failures {budget['percent']:g}%")
+        if reason is None:
+            return False
+        if self._set_state(migration.id, "running", "halted", reason):
+            self._cancel_queued(migration, reason=f"migration halted: {reason}")
+        return True
+
+    def _cancel_queued(self, migration, reason="migration cancelled"):
+        with self.services.db.read() as s:
+            queued = s.scalars(select(MM.machine_id).where(
+                MM.migration_id == migration.id, MM.state == "queued")).all()
+            waiting = s.scalars(select(MM.machine_id).where(
+                MM.migration_id == migration.id, MM.state == "awaiting_boot")).all()
+        for machine_id in queued:
+            self.runner.transition(migration.id, machine_id, "queued", "cancelled", reason)
+        if migration.state == "cancelling":
+            for machine_id in waiting:
+                self.runner.transition(migration.id, machine_id, "awaiting_boot",
+                                       "rolling_back", reason, error=reason)
+
+    def _close_if_finished(self, migration):
+        with self.services.db.read() as s:
+            active = s.scalar(select(func.count()).select_from(MM).where(
+                MM.migration_id == migration.id, MM.state.in_(mig.ACTIVE)))
+            current = s.scalar(select(models.Migration.state).where(
+                models.Migration.id == migration.id))
+            by_state = mig.counts(s, migration.id)
+        if active:
+            return
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
+        if current == "cancelling":
+            self._set_state(migration.id, "cancelling", "cancelled", f"cancelled: {summary}")
+        elif current in ("running", "paused"):
+            self._set_state(migration.id, current, "done", f"finished: {summary}")
+        elif current == "halted":
+            self._set_finished(migration.id)
+
+    def _set_finished(self, migration_id):
+        with self.services.db.write() as s:
+            s.execute(update(models.Migration).where(
+                models.Migration.id == migration_id, models.Migration.finished_at.is_(None))
+                .values(finished_at=models.utcnow()))
+
+    def _set_state(self, migration_id, old, new, reason):
+        now = models.utcnow()
+        with self.services.write() as unit:
+            changed = unit.session.execute(update(models.Migration).where(
+                models.Migration.id == migration_id, models.Migration.state == old).values(
+                state=new, reason=reason, updated_at=now,
+                # a halted migration finishes when its machines in flight have
+                **({"finished_at": now} if new in ("done", "cancelled") else {}))).rowcount
+            if changed:
+                unit.event("migration.state", f"{old} -> {new}: {reason}",
+                           migration_id=migration_id,
+                           data={"old": old, "new": new, "reason": reason})
+        if changed:
+            LOG.info("migration %s: %s -> %s: %s", migration_id, old, new, reason)
+            self.services.hooks.notify("metalboot_migration_state_changed",
+                                       migration=mig.get(self.services, migration_id),
+                                       old=old, new=new)
+        return bool(changed)
+
+    # -- drift -------------------------------------------------------------------
+    def _drift_loop(self):
+        while not self._stop.wait(self.conf.conductor.drift_check_interval):
+            try:
+                self.check_drift()
+            except Exception:
+                LOG.exception("drift check failed")
+
+    def check_drift(self):
+        """Ask each machine at rest whether it is still set up for its interface."""
+        with self.services.db.read() as s:
+            machines = s.execute(select(models.Machine.id, models.Machine.boot_interface,
+                                        models.Machine.drift)
+                                 .where(models.Machine.state == "ready")).all()
+        checks = [self._pool.submit(self._check_one, m.id, m.boot_interface, m.drift)
+                  for m in machines if m.boot_interface in self.services.interfaces]
+        concurrent.futures.wait(checks)
+        return sum(1 for c in checks if c.result())
+
+    def _check_one(self, machine_id, interface, previous):
+        iface = self.services.interfaces.get(interface)
+        try:
+            drift = list(iface.check_drift(self.services.task(machine_id, interface)))
+        except Exception as exc:
+            drift = [f"drift check failed: {type(exc).__name__}: {exc}"]
+        now = models.utcnow()
+        with self.services.write() as unit:
+            unit.session.execute(update(models.Machine).where(models.Machine.id == machine_id)
+                                 .values(drift=drift or None, drift_checked_at=now))
+            if (drift or None) != previous:
+                unit.event("machine.drift",
+                           "drift: " + "; ".join(drift) if drift else "drift resolved",
+                           machine_id=machine_id, data={"interface": interface,
+                                                        "drift": drift})
+        return bool(drift)

@@ -48,8 +48,9 @@ def get_backend(name, conf=None):
                                   f"{type(exc).__name__}: {exc}")
         backend = manager.driver
         if not isinstance(backend, DhcpBackend):
-            raise PluginLoadError(f"DHCP backend {name!r} ({manager.extensions[0].entry_point.value})"
-                                  f" is not a DhcpBackend subclass")
+            where = manager.extensions[0].entry_point.value
+            raise PluginLoadError(f"DHCP backend {name!r} ({where}) is not a DhcpBackend "
+                                  f"subclass")
         backend.name = name
         _CACHE[key] = backend
         LOG.info("loaded DHCP backend %s from %s", name,

@@ -60,7 +60,7 @@ class DhcpBootInterface(BootInterface):
                                        fields={"nics": [str(exc)]})
 
     def validate_backends(self, task):
-        for option, backend in self.backends(task).items():
+        for backend in self.backends(task).values():
             backend.validate()
 
     def write_entries(self, task, entries):

@@ -2,7 +2,11 @@
 
 Like Ironic's fake hardware type, it touches no BMC and no DHCP server. Each
 call is appended to the machine's event history (kind ``fake.<step>``) and to
-:attr:`FakeBootInterface.calls`. Evidence comes from a simulated machine that
+:attr:`FakeBootInterface.calls`; the ``fake.activate`` event carries the boot
+URL a BMC would have been given (a simulated machine reads it from there, see
+:mod:`metalboot_framework.testing.simulator`). It is installed twice, as
+``fake`` and ``fake-alt``, so that migrations between two simulated paths can
+be shown without hardware. Evidence comes from a simulated machine that
 fetches the machine's boot.ipxe URL or posts a boot report, or, with the
 machine property ``fake_autoboot``, from the plugin itself fetching that URL
 over HTTP after activation, as a machine's firmware would.
@@ -59,7 +63,7 @@ class FakeBootInterface(BootInterface):
             "fake_boot_delay": Property("Seconds from activate to the simulated fetch."),
         }
 
-    def _call(self, step, task):
+    def _call(self, step, task, **data):
         with self._lock:
             self.calls.append((step, task.machine.id))
         delay = float(task.machine.properties.get("fake_delay") or 0)
@@ -67,7 +71,7 @@ class FakeBootInterface(BootInterface):
             time.sleep(delay)
         if task.conf.fake.record_events:
             task.record_event(f"fake.{step}", f"fake {step} called",
-                              interface=self.name)
+                              interface=self.name, **data)
         failure = (task.machine.properties.get("fake_fail") or {}).get(step)
         if failure:
             raise (ValidationFailed if step == "validate" else BootInterfaceError)(
@@ -84,9 +88,10 @@ class FakeBootInterface(BootInterface):
         self._call("prepare", task)
 
     def activate(self, task):
-        self._call("activate", task)
+        # What a BMC would be told: the simulated machine reads it from the event.
+        url = task.artifact_url("boot.ipxe")
+        self._call("activate", task, boot_url=url)
         if task.machine.properties.get("fake_autoboot"):
-            url = task.artifact_url("boot.ipxe")
             delay = float(task.machine.properties.get("fake_boot_delay") or 0)
             threading.Thread(target=self._boot, args=(url, delay, task.conf.fake.autoboot_timeout),
                              daemon=True, name=f"fake-boot-{task.machine.id}").start()

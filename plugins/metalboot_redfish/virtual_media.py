@@ -47,6 +47,9 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
     @staticmethod
     def cd_target(state):
         allowed = state.allowed_targets
+        # Supermicro X11/X12 list both, but boot virtual media only as UsbCd.
+        if state.quirks.name == "supermicro" and allowed and "UsbCd" in allowed:
+            return "UsbCd"
         if allowed is None or "Cd" in allowed:
             return "Cd"
         if "UsbCd" in allowed:

@@ -203,6 +203,7 @@ no-ping
 dhcp-leasefile={root}/leases
 pid-file={root}/dnsmasq.pid
 log-dhcp
+log-facility=-
 enable-tftp
 tftp-root={root}/tftp
 dhcp-hostsdir={root}/hosts

@@ -34,6 +34,12 @@ class FaultInjectingProxy:
             def log_message(self, *args):
                 pass
 
+            def end_headers(self):
+                # one request per connection: no reuse of a socket being closed
+                self.send_header("Connection", "close")
+                self.close_connection = True
+                super().end_headers()
+
             def _handle(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None

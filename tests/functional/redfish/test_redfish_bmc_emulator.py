@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import BMC_PASSWORD, BMC_USER, fake_system, make_conf
+from redfish_emulator_harness import BMC_PASSWORD, BMC_USER, fake_system, make_conf
 from metalboot_framework.bmc import connection as bmc_connection
 from metalboot_framework.bmc import media, power
 from metalboot_framework.bmc.client import BmcClient
@@ -121,7 +121,7 @@ def test_virtual_media_insert_and_eject(tmp_path, sushy_emulator_with_http_boot_
 
 # -- faults -------------------------------------------------------------------------
 def test_bmc_not_listening(tmp_path):
-    from conftest import free_port
+    from redfish_emulator_harness import free_port
     url = f"http://127.0.0.1:{free_port()}"
     c = client(tmp_path, url, "sys-1", retry_attempts=3)
     start = time.monotonic()

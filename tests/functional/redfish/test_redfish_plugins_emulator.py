@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import add_machine, events, fake_system
+from redfish_emulator_harness import add_machine, events, fake_system
 from metalboot_framework.exceptions import BmcError, ValidationFailed
 from metalboot_redfish import iso as iso_mod
 
@@ -81,7 +81,7 @@ def test_http_url_validate_refuses_system_without_uefi_http(sushy_emulator_with_
 
 
 def test_validate_refuses_bios_machine_without_calling_bmc(redfish_services):
-    from conftest import free_port
+    from redfish_emulator_harness import free_port
     services = redfish_services()
     s = fake_system("bios")
     add_machine(services, f"http://127.0.0.1:{free_port()}", s, boot_mode="bios")
@@ -137,7 +137,7 @@ def test_http_url_activate_through_flaky_bmc(sushy_emulator_with_http_boot_uri,
 
 
 def test_http_url_unreachable_bmc_error_names_bmc(redfish_services):
-    from conftest import free_port
+    from redfish_emulator_harness import free_port
     services = redfish_services(retry_attempts=2)
     url = f"http://127.0.0.1:{free_port()}"
     s = fake_system("gone")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import SYSTEM, make_conf
+from redfish_mock_bmc import SYSTEM, make_conf
 from metalboot_framework.bmc import power, quirks
 from metalboot_framework.bmc.client import BmcClient
 from metalboot_framework.exceptions import BmcError, BmcUnsupported
@@ -146,3 +146,11 @@ def test_continuous_not_in_allowable_values_goes_straight_to_once(tmp_path, mock
     bmc = mock_redfish_bmc("Contoso", enabled_allowable=["Once", "Disabled"])
     assert client(tmp_path, bmc).set_boot_override("Pxe", "Continuous", "UEFI") == "Once"
     assert [p["Boot"]["BootSourceOverrideEnabled"] for p in bmc.requests("PATCH")] == ["Once"]
+
+
+def test_supermicro_virtual_media_boots_as_usbcd(tmp_path, mock_redfish_bmc):
+    from metalboot_redfish.virtual_media import RedfishVirtualMediaIpxeBootInterface as Vm
+    sm = client(tmp_path, mock_redfish_bmc("Supermicro", "X12DPi"))
+    other = client(tmp_path, mock_redfish_bmc("Contoso"))
+    assert Vm.cd_target(sm.boot_state()) == "UsbCd"
+    assert Vm.cd_target(other.boot_state()) == "Cd"

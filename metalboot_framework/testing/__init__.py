@@ -1,0 +1,1 @@
+"""Tools for testing metalboot and its plugins: simulated machines, conformance kit."""

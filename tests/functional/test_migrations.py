@@ -1,0 +1,374 @@
+"""Migrations through a real metalboot-server, with simulated machines booting
+(or not) when the fake boot interfaces activate them."""
+
+import signal
+import threading
+import time
+
+import pytest
+
+from metalboot_framework.testing.simulator import FETCH, FETCH_404, REPORT, SILENT, SimulatedFleet
+from tests.conftest import machine_body
+
+pytestmark = pytest.mark.functional
+
+FINAL_MIGRATION = ("done", "halted", "cancelled")
+
+
+@pytest.fixture
+def server(server_factory):
+    return server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+
+
+def setup_machines(server, count, **extra):
+    assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    bodies = [machine_body(i, **extra) for i in range(count)]
+    r = server.request("POST", "/v1/machines", json=bodies)
+    assert r.status_code == 201, r.text
+    return [b["id"] for b in bodies]
+
+
+def migrate(server, ids, target="fake-alt", **options):
+    r = server.request("POST", "/v1/migrations",
+                       json={"selector": {"machines": ids}, "boot_interface": target, **options})
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def wait_for(server, migration_id, states=FINAL_MIGRATION, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = server.request("GET", f"/v1/migrations/{migration_id}").json()
+        # a halted migration is finished once its machines in flight are
+        if m["state"] in states and m["finished_at"]:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(f"migration still {m['state']} after {timeout}s: {m}")
+
+
+def machine_states(server, migration_id):
+    out, marker = {}, None
+    while True:
+        params = {"limit": 1000}
+        if marker is not None:
+            params["marker"] = marker
+        page = server.request("GET", f"/v1/migrations/{migration_id}/machines",
+                              params=params).json()
+        out.update({m["machine_id"]: m for m in page["machines"]})
+        marker = page["next_marker"]
+        if marker is None:
+            return out
+
+
+def steps_of(server, machine_id):
+    events = server.request("GET", f"/v1/machines/{machine_id}/events",
+                            params={"limit": 1000}).json()["events"]
+    return [e["data"]["new"] for e in events if e["kind"] == "migration.step"]
+
+
+def fake_calls(server, machine_id):
+    events = server.request("GET", f"/v1/machines/{machine_id}/events",
+                            params={"limit": 1000}).json()["events"]
+    return [(e["kind"].split(".", 1)[1], e["data"]["interface"]) for e in events
+            if e["kind"].startswith("fake.")]
+
+
+def test_happy_path_by_fetch_and_by_report(server):
+    ids = setup_machines(server, 4)
+    with SimulatedFleet(server.url, server.token, behaviour={ids[1]: REPORT}) as fleet:
+        m = migrate(server, ids, max_parallel=2)
+        assert m["state"] == "running" and m["total"] == 4
+        during = server.request("GET", f"/v1/machines/{ids[0]}").json()
+        assert during["state"] == "migrating"
+        assert during["migration"]["id"] == m["id"]
+        m = wait_for(server, m["id"])
+    assert m["state"] == "done", m
+    assert m["counts"] == {"done": 4} and m["progress"] == 1.0
+    assert m["finished_at"] and m["reason"].startswith("finished")
+    per = machine_states(server, m["id"])
+    for mid in ids:
+        machine = server.request("GET", f"/v1/machines/{mid}").json()
+        assert machine["boot_interface"] == "fake-alt" and machine["state"] == "ready"
+        assert machine["migration"] is None
+        assert steps_of(server, mid) == ["validating", "preparing", "activating",
+                                         "awaiting_boot", "verifying", "done"]
+        assert fake_calls(server, mid) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
+                                           ("activate", "fake-alt"), ("clean_up", "fake")]
+        assert per[mid]["evidence"] is not None
+        assert per[mid]["seconds_to_evidence"] >= 0
+    assert per[ids[1]]["evidence"]["kind"] == "report"
+    assert per[ids[0]]["evidence"]["kind"] == "fetch"
+    assert per[ids[0]]["evidence"]["path"] == "boot.ipxe"
+    assert sorted(a for _, _, a, _ in fleet.boots) == sorted([FETCH] * 3 + [REPORT])
+
+
+def test_timeout_rolls_back_and_boots_the_old_path(server):
+    ids = setup_machines(server, 3)
+    with SimulatedFleet(server.url, server.token,
+                        behaviour={ids[0]: SILENT, ids[2]: FETCH_404},
+                        only_interfaces=["fake-alt"]):
+        m = wait_for(server, migrate(server, ids, boot_timeout=2)["id"])
+    assert m["state"] == "done" and m["counts"] == {"done": 1, "rolled_back": 2}
+    per = machine_states(server, m["id"])
+    for mid in (ids[0], ids[2]):
+        assert per[mid]["state"] == "rolled_back"
+        assert per[mid]["last_error"] == "no boot evidence through fake-alt within 2 s"
+        assert per[mid]["evidence"] is None
+        machine = server.request("GET", f"/v1/machines/{mid}").json()
+        assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
+        assert steps_of(server, mid)[-2:] == ["rolling_back", "rolled_back"]
+        # the target was cleaned up and the source set up and activated again
+        assert fake_calls(server, mid)[-3:] == [("clean_up", "fake-alt"), ("prepare", "fake"),
+                                                ("activate", "fake")]
+
+
+def test_failing_prepare_rolls_back_without_reset(server):
+    ids = setup_machines(server, 1, properties={"fake_fail": {"prepare": "disk full"}})
+    m = wait_for(server, migrate(server, ids)["id"])
+    per = machine_states(server, m["id"])[ids[0]]
+    assert per["state"] == "rolled_back"
+    assert per["last_error"] == f"fake-alt prepare: fake prepare failed for machine {ids[0]}: " \
+                                "disk full"
+    # never activated, so the old path is not re-activated (no needless reset)
+    assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
+                                          ("clean_up", "fake-alt")]
+
+
+def test_failing_clean_up_is_rollback_failed(server):
+    ids = setup_machines(server, 1, properties={"fake_fail": {"activate": "BMC said no",
+                                                              "clean_up": "eject failed"}})
+    m = wait_for(server, migrate(server, ids)["id"])
+    per = machine_states(server, m["id"])[ids[0]]
+    assert per["state"] == "rollback_failed"
+    assert "eject failed" in per["last_error"] and "rollback failed" in per["last_error"]
+    machine = server.request("GET", f"/v1/machines/{ids[0]}").json()
+    assert machine["state"] == "error" and machine["boot_interface"] == "fake"
+    # an operator repairs it and sets it ready again
+    assert server.request("PATCH", f"/v1/machines/{ids[0]}",
+                          json={"state": "ready"}).json()["state"] == "ready"
+
+
+def test_canary_failure_halts_the_rest(server):
+    ids = setup_machines(server, 6)
+    with SimulatedFleet(server.url, server.token, behaviour={ids[0]: SILENT}):
+        m = wait_for(server, migrate(server, ids, canary=2, max_parallel=6,
+                                     boot_timeout=2)["id"])
+    assert m["state"] == "halted"
+    assert m["reason"].startswith(f"canary machine {ids[0]} failed")
+    per = machine_states(server, m["id"])
+    assert per[ids[0]]["canary"] and per[ids[1]]["canary"] and not per[ids[2]]["canary"]
+    assert per[ids[0]]["state"] == "rolled_back" and per[ids[1]]["state"] == "done"
+    for mid in ids[2:]:
+        assert per[mid]["state"] == "cancelled"
+        assert per[mid]["started_at"] is None
+        assert fake_calls(server, mid) == []  # never touched
+        assert server.request("GET", f"/v1/machines/{mid}").json()["state"] == "ready"
+
+
+def test_max_failures_halts(server):
+    ids = setup_machines(server, 10)
+    with SimulatedFleet(server.url, server.token, default=SILENT):
+        m = wait_for(server, migrate(server, ids, max_parallel=2, max_failures=1,
+                                     boot_timeout=1)["id"])
+    assert m["state"] == "halted"
+    assert "more than max_failures 1" in m["reason"]
+    assert m["counts"]["rolled_back"] == 2
+    assert m["counts"]["cancelled"] == 8
+    m2 = wait_for(server, migrate(server, ids, max_parallel=5, max_failures="20%",
+                                  boot_timeout=1)["id"])
+    assert m2["state"] == "halted" and "more than max_failures 20%" in m2["reason"]
+
+
+def test_cancel_rolls_back_machines_in_flight(server):
+    ids = setup_machines(server, 5)
+    with SimulatedFleet(server.url, server.token, default=SILENT):
+        m = migrate(server, ids, max_parallel=2, boot_timeout=600)
+        deadline = time.monotonic() + 20
+        while machine_states(server, m["id"])[ids[0]]["state"] != "awaiting_boot":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = server.request("POST", f"/v1/migrations/{m['id']}/cancel")
+        assert r.status_code == 200 and r.json()["state"] == "cancelling"
+        m = wait_for(server, m["id"])
+    assert m["state"] == "cancelled"
+    per = machine_states(server, m["id"])
+    assert per[ids[0]]["state"] == "rolled_back"
+    assert per[ids[0]]["last_error"] == "migration cancelled"
+    assert per[ids[4]]["state"] == "cancelled"
+    assert all(server.request("GET", f"/v1/machines/{mid}").json()["state"] == "ready"
+               for mid in ids)
+    r = server.request("POST", f"/v1/migrations/{m['id']}/cancel")
+    assert r.status_code == 409 and "cancelled" in r.json()["error"]["message"]
+
+
+def test_pause_and_resume(server):
+    ids = setup_machines(server, 4)
+    with SimulatedFleet(server.url, server.token, boot_delay=0.3):
+        m = migrate(server, ids, max_parallel=1)
+        assert server.request("POST", f"/v1/migrations/{m['id']}/pause").json()["state"] == \
+            "paused"
+        time.sleep(2)
+        paused = server.request("GET", f"/v1/migrations/{m['id']}").json()
+        assert paused["state"] == "paused"
+        # the machine in flight may finish; no further machine starts
+        assert paused["counts"].get("queued", 0) >= 3
+        assert server.request("POST", f"/v1/migrations/{m['id']}/pause").status_code == 409
+        assert server.request("POST", f"/v1/migrations/{m['id']}/resume").json()["state"] == \
+            "running"
+        m = wait_for(server, m["id"])
+    assert m["state"] == "done" and m["counts"] == {"done": 4}
+
+
+def test_dry_run_changes_nothing(server):
+    ids = setup_machines(server, 3)
+    server.request("PATCH", f"/v1/machines/{ids[2]}",
+                   json={"properties": {"fake_fail": {"validate": "no UefiHttp"}}})
+    m = wait_for(server, migrate(server, ids, dry_run=True)["id"])
+    assert m["state"] == "done" and m["counts"] == {"valid": 2, "invalid": 1}
+    per = machine_states(server, m["id"])
+    assert "no UefiHttp" in per[ids[2]]["last_error"]
+    for mid in ids:
+        assert fake_calls(server, mid) == [("validate", "fake-alt")]
+        machine = server.request("GET", f"/v1/machines/{mid}").json()
+        assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
+
+
+def test_concurrent_migrations_exactly_one_gets_each_machine(server):
+    ids = setup_machines(server, 20)
+    results = [None, None]
+    barrier = threading.Barrier(2)
+
+    def post(i, chosen):
+        barrier.wait()
+        results[i] = server.request("POST", "/v1/migrations", json={
+            "selector": {"machines": chosen}, "boot_interface": "fake-alt",
+            "boot_timeout": 600})
+
+    threads = [threading.Thread(target=post, args=(0, ids[:12])),
+               threading.Thread(target=post, args=(1, ids[8:]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in results)
+    assert codes == [202, 409], [r.text for r in results]
+    loser = next(r for r in results if r.status_code == 409).json()
+    assert "already belong to an active migration" in loser["error"]["message"]
+    assert any(ids[8] in f for f in loser["error"]["fields"]["selector"])
+    winner = next(r for r in results if r.status_code == 202).json()
+    # a direct change of boot_interface on a migrating machine is refused
+    r = server.request("PATCH", f"/v1/machines/{ids[9]}", json={"boot_interface": "fake-alt"})
+    assert r.status_code == 409 and winner["id"] in r.json()["error"]["message"]
+    server.request("POST", f"/v1/migrations/{winner['id']}/cancel")
+    wait_for(server, winner["id"])
+
+
+def test_bad_migration_requests(server):
+    ids = setup_machines(server, 2)
+    cases = [
+        ({"selector": {"machines": ids}}, "boot_interface"),
+        ({"selector": {"machines": ids}, "boot_interface": "pxe-not-enabled"}, "boot_interface"),
+        ({"selector": {}, "boot_interface": "fake-alt"}, "selector"),
+        ({"selector": {"machines": ids, "partition": "p1"}, "boot_interface": "fake-alt"},
+         "selector"),
+        ({"selector": {"machines": ["00000000-0000-4000-8000-00000000ffff"]},
+          "boot_interface": "fake-alt"}, "selector.machines.0"),
+        ({"selector": {"partition": "nope"}, "boot_interface": "fake-alt"},
+         "selector.partition"),
+        ({"selector": {"machines": ids}, "boot_interface": "fake-alt", "max_failures": "x%"},
+         "max_failures"),
+        ({"selector": {"machines": ids}, "boot_interface": "fake-alt", "max_parallel": 0},
+         "max_parallel"),
+        ({"selector": {"machines": ids}, "boot_interface": "fake-alt", "canary": -1}, "canary"),
+        ({"selector": {"machines": ids}, "boot_interface": "fake"}, "selector"),  # all on it
+    ]
+    for body, field in cases:
+        r = server.request("POST", "/v1/migrations", json=body)
+        assert r.status_code == 422, (body, r.text)
+        assert field in r.json()["error"]["fields"], (body, r.json())
+    assert server.request("GET", "/v1/migrations").json()["migrations"] == []
+    assert server.request("GET", "/v1/migrations/nope").status_code == 404
+    r = server.request("POST", "/v1/migrations", token="reader-token-for-tests",
+                       json={"selector": {"machines": ids}, "boot_interface": "fake-alt"})
+    assert r.status_code == 403
+
+
+def test_partition_selector_and_skips(server):
+    ids = setup_machines(server, 4)
+    server.request("PATCH", f"/v1/machines/{ids[0]}", json={"state": "maintenance"})
+    server.request("PATCH", f"/v1/machines/{ids[1]}", json={"boot_interface": "fake-alt"})
+    with SimulatedFleet(server.url, server.token):
+        m = migrate_partition = server.request("POST", "/v1/migrations", json={
+            "selector": {"partition": "p1", "boot_interface": "fake"},
+            "boot_interface": "fake-alt"}).json()
+        m = wait_for(server, migrate_partition["id"])
+    assert m["total"] == 3  # ids[1] is on the target already: not selected
+    per = machine_states(server, m["id"])
+    assert per[ids[0]]["state"] == "skipped"
+    assert per[ids[0]]["last_error"] == "machine is in maintenance"
+    assert per[ids[2]]["state"] == "done" and per[ids[3]]["state"] == "done"
+
+
+def test_event_feed_cursor_sees_each_event_once(server):
+    ids = setup_machines(server, 5)
+    seen, cursor = [], 0
+    with SimulatedFleet(server.url, server.token):
+        m = migrate(server, ids, max_parallel=5)
+        while True:
+            body = server.request("GET", "/v1/events",
+                                  params={"since": cursor, "limit": 7}).json()
+            seen += [e["id"] for e in body["events"]]
+            cursor = body["next_cursor"]
+            state = server.request("GET", f"/v1/migrations/{m['id']}").json()["state"]
+            if state == "done" and not body["events"]:
+                break
+    assert len(seen) == len(set(seen))
+    assert seen == sorted(seen)
+    everything = server.request("GET", "/v1/events", params={"limit": 1000}).json()["events"]
+    assert [e["id"] for e in everything] == seen
+    kinds = {e["kind"] for e in everything}
+    assert {"machine.registered", "migration.created", "migration.step",
+            "machine.boot_interface_changed", "migration.state"} <= kinds
+    only = server.request("GET", "/v1/events", params={"migration_id": m["id"],
+                                                       "limit": 1000}).json()["events"]
+    assert only and all(e["migration_id"] == m["id"] for e in only)
+
+
+def test_sigkill_mid_migration_and_restart(server_factory):
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+    ids = setup_machines(server, 200, properties={"fake_delay": 0.02})
+    silent = {mid for mid in ids if int(mid[-3:], 16) % 10 == 0}
+    with SimulatedFleet(server.url, server.token, default=lambda mid, iface: (
+            SILENT if mid in silent else FETCH), only_interfaces=["fake-alt"]) as fleet:
+        m = migrate(server, ids, max_parallel=25, boot_timeout=3)
+        deadline = time.monotonic() + 60
+        while True:
+            counts = server.request("GET", f"/v1/migrations/{m['id']}").json()["counts"]
+            if counts.get("done", 0) >= 40:
+                break
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.05)
+        server.stop(sig=signal.SIGKILL)
+        in_flight_at_kill = {k: v for k, v in counts.items() if k not in ("done", "queued")}
+        server.start()
+        final = wait_for(server, m["id"], timeout=120)
+    assert in_flight_at_kill, "the kill should have hit machines in flight"
+    assert final["state"] == "done", final
+    assert set(final["counts"]) <= {"done", "rolled_back"}, final["counts"]
+    per = machine_states(server, m["id"])
+    # A machine whose simulated boot hit the dead server could not prove its boot.
+    lost = {mid for mid, _, action, status in fleet.boots if action == FETCH and status != 200}
+    assert {mid for mid in ids if per[mid]["state"] == "rolled_back"} == silent | lost
+    assert len(lost) <= 5
+    for mid in ids:
+        machine = server.request("GET", f"/v1/machines/{mid}").json()
+        assert machine["state"] == "ready" and machine["lock"] is None
+        steps = steps_of(server, mid)
+        if per[mid]["state"] == "done":
+            assert machine["boot_interface"] == "fake-alt"
+            assert steps == ["validating", "preparing", "activating", "awaiting_boot",
+                             "verifying", "done"], (mid, steps)
+        else:
+            assert machine["boot_interface"] == "fake"
+            assert steps == ["validating", "preparing", "activating", "awaiting_boot",
+                             "rolling_back", "rolled_back"], (mid, steps)

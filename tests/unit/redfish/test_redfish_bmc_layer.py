@@ -1,0 +1,141 @@
+"""The BMC layer's plumbing: addresses, the connection cache, retries, messages."""
+
+import logging
+import threading
+
+import pytest
+import sushy
+
+from redfish_mock_bmc import SYSTEM, make_conf
+from metalboot_framework.bmc import connection, media, power, redact, retry
+from metalboot_framework.bmc.client import BmcClient
+from metalboot_framework.exceptions import (BmcAuthError, BmcConnectionError, BmcError,
+                                            InvalidInput)
+from metalboot_framework.task import BmcInfo
+
+PASSWORD = "Very-Secret-42"
+
+
+@pytest.mark.parametrize("address,expected", [
+    ("10.1.2.3", "https://10.1.2.3"), ("10.1.2.3:8443", "https://10.1.2.3:8443"),
+    ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+    ("https://[fd00::5]/redfish/v1", "https://[fd00::5]")])
+def test_base_url(address, expected):
+    assert connection.base_url(address) == expected
+
+
+@pytest.mark.parametrize("address", ["", "ftp://x", "https://root:pw@10.0.0.1", "http://"])
+def test_base_url_refuses(address):
+    with pytest.raises(InvalidInput):
+        connection.base_url(address)
+
+
+def test_cache_creates_one_connection_per_bmc_and_user(mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    cache = connection.ConnectionCache(max_size=10, ttl=60)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(
+        cache.get(bmc.url, "root", PASSWORD, False, 1, 2))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(c) for c in got}) == 1
+    assert len([1 for m, p, _ in bmc.log if p == "/redfish/v1/"]) == 1
+    # another password (changed on the BMC) replaces the entry
+    other = cache.get(bmc.url, "root", "new-password", False, 1, 2)
+    assert other is not got[0] and len(cache) == 1
+    cache.get(bmc.url, "operator", PASSWORD, False, 1, 2)
+    assert len(cache) == 2
+    small = connection.ConnectionCache(max_size=1, ttl=60)
+    small.get(bmc.url, "a", PASSWORD, False, 1, 2)
+    small.get(bmc.url, "b", PASSWORD, False, 1, 2)
+    assert len(small) == 1
+    cache.clear()
+    small.clear()
+
+
+def test_5xx_retried_then_success(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False))
+    c.boot_state()
+    bmc.statuses = [503, 500]
+    c.set_boot_override("Pxe", "Once", "UEFI")
+    assert bmc.boot["BootSourceOverrideTarget"] == "Pxe"
+
+
+def test_4xx_not_retried(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False))
+    c.boot_state()
+    n = len(bmc.log)
+    bmc.statuses = [403]
+    with pytest.raises(BmcAuthError):
+        c.boot_state()
+    assert len(bmc.log) == n + 1
+    bmc.statuses = [404]
+    with pytest.raises(BmcError) as exc:
+        c.boot_state()
+    assert "404" in str(exc.value)
+
+
+def test_translate_names_everything_and_scrubs_password():
+    class Resp:
+        status_code = 500
+
+        def json(self):
+            return {"error": {"code": "X", "message": f"bad password {PASSWORD}"}}
+
+    exc = sushy.exceptions.ServerSideError("PATCH", "https://10.0.0.9/redfish/v1/Systems/1",
+                                           Resp())
+    err = retry.translate(exc, address="10.0.0.9", system="/redfish/v1/Systems/1",
+                          operation="PATCH Boot.HttpBootUri", password=PASSWORD, attempts=5)
+    text = str(err)
+    assert "BMC 10.0.0.9" in text and "/redfish/v1/Systems/1" in text
+    assert "Boot.HttpBootUri" in text and "after 5 attempt(s)" in text
+    assert PASSWORD not in text and redact.MASK in text
+    assert (err.address, err.operation, err.status_code) == ("10.0.0.9", "PATCH Boot.HttpBootUri",
+                                                             500)
+
+
+def test_log_filter_masks_registered_passwords(caplog):
+    redact.register_secret(PASSWORD)
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("sushy.connector").warning("echo %s from BMC", PASSWORD)
+    assert caplog.records and all(PASSWORD not in r.getMessage() for r in caplog.records)
+    assert redact.MASK in caplog.records[-1].getMessage()
+
+
+def test_connection_refused_retried_with_backoff(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = make_conf(tmp_path, retry_attempts=4, retry_interval=0.05, retry_max_interval=0.1)
+    c = BmcClient(conf, BmcInfo(f"http://127.0.0.1:{port}", "root", PASSWORD, False), "7")
+    import time
+    start = time.monotonic()
+    with pytest.raises(BmcConnectionError) as exc:
+        power.power_on(c)
+    elapsed = time.monotonic() - start
+    assert 0.05 + 0.1 + 0.1 <= elapsed < 3  # waited 0.05, 0.1, 0.1 (capped)
+    assert "after 4 attempt(s)" in str(exc.value) and "/redfish/v1/Systems/7" in str(exc.value)
+    assert "read PowerState" in str(exc.value)
+
+
+def test_manager_virtual_media_and_reset(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Dell Inc.", "R650")
+    c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False))
+    device = media.insert_cd(c, "http://[fd00::1]:6480/x.iso")
+    assert device.id == "CD1"
+    cd = bmc.docs["/redfish/v1/Managers/1/VirtualMedia/CD1"]
+    assert cd["Inserted"] and cd["Image"] == "http://[fd00::1]:6480/x.iso"
+    assert [d.id for d in media.eject_all(c)] == ["CD1"]
+    assert not bmc.docs["/redfish/v1/Managers/1/VirtualMedia/CD1"]["Inserted"]
+    assert power.power_off(c) == "Off" and bmc.docs[SYSTEM]["PowerState"] == "Off"
+    assert power.reset(c) == "On"
+    resets = [b["ResetType"] for m, p, b in bmc.log if p.endswith("ComputerSystem.Reset")]
+    assert resets == ["ForceOff", "On"]
+    power.reset(c)
+    assert [b["ResetType"] for m, p, b in bmc.log
+            if p.endswith("ComputerSystem.Reset")][-1] == "ForceRestart"
