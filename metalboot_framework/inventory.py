@@ -444,7 +444,7 @@ def machine_events(services, machine_id, since=0, limit=100):
         rows = list(s.scalars(select(models.Event).where(
             models.Event.machine_id == machine_id, models.Event.id > since)
             .order_by(models.Event.id).limit(limit)))
-    events = [dict(event_dict(ev), created_at=iso(ev.created_at)) for ev in rows]
+    events = [event_dict(ev) for ev in rows]
     return events, (rows[-1].id if rows else since)
 
 

@@ -155,7 +155,8 @@ def _busy_conflict(session, machine_ids):
     names = ", ".join(f"{mid} (in {mig})" for mid, mig in rows[:20])
     return Conflict(f"{len(rows)} machine(s) already belong to an active migration: {names}"
                     + (" ..." if len(rows) > 20 else ""),
-                    fields={"selector": [f"{mid} is in migration {mig}" for mid, mig in rows[:100]]})
+                    fields={"selector": [f"{mid} is in migration {mig}"
+                                         for mid, mig in rows[:100]]})
 
 
 def counts(session, migration_id):

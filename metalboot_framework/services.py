@@ -10,6 +10,7 @@ import jinja2
 from metalboot_framework import hooks as hooks_mod
 from metalboot_framework import loader
 from metalboot_framework.exceptions import NotFound
+from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
 from metalboot_framework.store import models
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
@@ -40,9 +41,10 @@ class UnitOfWork:
 
 
 def event_dict(ev):
+    """An event as GET /v1/events shows it and as hooks receive it."""
     return {"id": ev.id, "kind": ev.kind, "message": ev.message,
             "machine_id": ev.machine_id, "migration_id": ev.migration_id,
-            "data": ev.data, "created_at": ev.created_at}
+            "data": ev.data, "created_at": iso(ev.created_at)}
 
 
 class Services:

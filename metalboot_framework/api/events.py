@@ -5,7 +5,6 @@ from sqlalchemy import select
 
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
-from metalboot_framework.inventory import iso
 from metalboot_framework.services import event_dict
 from metalboot_framework.store import models
 
@@ -30,5 +29,5 @@ def feed(query):
         if query.get("migration_id"):
             q = q.where(models.Event.migration_id == query["migration_id"])
         rows = list(s.scalars(q))
-    events = [dict(event_dict(ev), created_at=iso(ev.created_at)) for ev in rows]
+    events = [event_dict(ev) for ev in rows]
     return jsonify({"events": events, "next_cursor": rows[-1].id if rows else query["since"]})

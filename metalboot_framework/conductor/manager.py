@@ -14,6 +14,7 @@ import concurrent.futures
 import datetime
 import logging
 import threading
+import time
 
 from sqlalchemy import func, select, update
 
@@ -25,6 +26,11 @@ from metalboot_framework.store import models
 LOG = logging.getLogger(__name__)
 
 MM = models.MigrationMachine
+
+# Seconds between scans for runnable steps nobody runs (after a restart, or
+# left by a conductor that died); steps this conductor starts are handed to a
+# worker at once.
+RESCAN_INTERVAL = 2.0
 
 
 class Conductor:
@@ -40,6 +46,7 @@ class Conductor:
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
         self._evidence_cursor = -1
+        self._last_scan = float("-inf")
 
     # -- life cycle -----------------------------------------------------------------
     def start(self):
@@ -117,13 +124,18 @@ class Conductor:
 
     # -- scheduling ----------------------------------------------------------------
     def _scheduler_loop(self):
+        poll = self.conf.conductor.poll_interval
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.tick()
             except Exception:
                 LOG.exception("scheduler tick failed")
-            self._wake.wait(self.conf.conductor.poll_interval)
+            self._wake.wait(poll)
             self._wake.clear()
+            # A finished step wakes us early, but a tick costs a dozen queries:
+            # look at most 20 times a second.
+            self._stop.wait(max(0.0, min(poll, 0.05) - (time.monotonic() - started)))
 
     def tick(self):
         """One look at every live migration."""
@@ -135,16 +147,30 @@ class Conductor:
         if not live:
             return
         self._check_evidence()
+        now = time.monotonic()
+        full_scan = now - self._last_scan >= RESCAN_INTERVAL
+        if full_scan:
+            self._last_scan = now
         for migration in live:
             if migration.state == "cancelling":
                 self._cancel_queued(migration)
             elif migration.state == "running":
                 if not self._check_budget(migration):
                     self._start_queued(migration)
-            self._dispatch(migration)
+            if full_scan:
+                self._dispatch(migration)
             self._close_if_finished(migration)
 
+    def _submit(self, migration_id, machine_id):
+        with self._in_flight_lock:
+            if machine_id in self._in_flight:
+                return
+            self._in_flight.add(machine_id)
+        self._pool.submit(self._work, migration_id, machine_id)
+
     def _dispatch(self, migration):
+        """Hand every runnable, unlocked machine to a worker (recovery after a
+        restart, or steps another conductor left behind)."""
         with self.services.db.read() as s:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
@@ -152,22 +178,13 @@ class Conductor:
                        models.Machine.reservation.is_(None))
                 .order_by(MM.position)).all()
         for (machine_id,) in rows:
-            with self._in_flight_lock:
-                if machine_id in self._in_flight:
-                    continue
-                self._in_flight.add(machine_id)
-            self._pool.submit(self._work, migration.id, machine_id)
+            self._submit(migration.id, machine_id)
 
     def _work(self, migration_id, machine_id):
         """Run the machine's steps one after another while they are runnable."""
         try:
             while not self._stop.is_set():
-                if not self.runner.run(migration_id, machine_id):
-                    break
-                with self.services.db.read() as s:
-                    state = s.scalar(select(MM.state).where(MM.migration_id == migration_id,
-                                                            MM.machine_id == machine_id))
-                if state not in RUNNABLE:
+                if self.runner.run(migration_id, machine_id) not in RUNNABLE:
                     break
         except Exception:
             LOG.exception("step of machine %s in migration %s failed", machine_id, migration_id)
@@ -198,8 +215,10 @@ class Conductor:
                 s.execute(update(MM).where(MM.migration_id == migration.id,
                                            MM.machine_id == machine_id, MM.state == "queued")
                           .values(started_at=now, attempt=MM.attempt + 1))
-            self.runner.transition(migration.id, machine_id, "queued", "validating",
-                                   "started" + (" (canary)" if canary else ""))
+            if self.runner.transition(migration.id, machine_id, "queued", "validating",
+                                      "started" + (" (canary)" if canary else ""),
+                                      options=options):
+                self._submit(migration.id, machine_id)
 
     def _check_evidence(self):
         """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline."""
@@ -234,16 +253,18 @@ class Conductor:
                 task = self.services.task(w.machine_id, w.target_boot_interface, w.migration_id)
                 found = iface.recognise_evidence(task, candidates)
             if found is not None:
-                self.runner.transition(
-                    w.migration_id, w.machine_id, "awaiting_boot", "verifying",
-                    f"boot evidence: {found.kind} of {found.path} from {found.client_address}",
-                    evidence_id=found.id)
+                if self.runner.transition(
+                        w.migration_id, w.machine_id, "awaiting_boot", "verifying",
+                        f"boot evidence: {found.kind} of {found.path} from "
+                        f"{found.client_address}", evidence_id=found.id):
+                    self._submit(w.migration_id, w.machine_id)
             elif w.deadline is not None and now > w.deadline:
                 seconds = int((w.deadline - w.activated_at).total_seconds()) \
                     if w.activated_at else "?"
                 error = f"no boot evidence through {w.target_boot_interface} within {seconds} s"
-                self.runner.transition(w.migration_id, w.machine_id, "awaiting_boot",
-                                       "rolling_back", error, error=error)
+                if self.runner.transition(w.migration_id, w.machine_id, "awaiting_boot",
+                                          "rolling_back", error, error=error):
+                    self._submit(w.migration_id, w.machine_id)
 
     def _check_budget(self, migration):
         """Halt a migration past its failure budget or with a failed canary."""
@@ -281,8 +302,9 @@ class Conductor:
             self.runner.transition(migration.id, machine_id, "queued", "cancelled", reason)
         if migration.state == "cancelling":
             for machine_id in waiting:
-                self.runner.transition(migration.id, machine_id, "awaiting_boot",
-                                       "rolling_back", reason, error=reason)
+                if self.runner.transition(migration.id, machine_id, "awaiting_boot",
+                                          "rolling_back", reason, error=reason):
+                    self._submit(migration.id, machine_id)
 
     def _close_if_finished(self, migration):
         with self.services.db.read() as s:

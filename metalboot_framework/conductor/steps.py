@@ -11,6 +11,7 @@ conductor runs it even when several share the database. ``awaiting_boot`` is
 passive: the scheduler moves it on when evidence arrives or time runs out.
 """
 
+import dataclasses
 import datetime
 import logging
 
@@ -19,12 +20,30 @@ from sqlalchemy import select, update
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_framework.migrations import MM
 from metalboot_framework.store import models
+from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
 FORWARD = {"validating": "preparing", "preparing": "activating", "activating": "awaiting_boot",
            "verifying": "done"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+
+
+@dataclasses.dataclass
+class Job:
+    """What one step of one machine needs, read when its lock was taken."""
+
+    migration_id: str
+    machine_id: str
+    state: str
+    source: str
+    target: str
+    activated_at: object
+    migration_state: str
+    options: dict
+    machine: object
+    partition: object
+    released: bool = False
 
 
 class StepRunner:
@@ -34,52 +53,75 @@ class StepRunner:
         self.services = services
         self.host = host
 
-    # -- locking ------------------------------------------------------------------
-    def _claim(self, machine_id):
-        with self.services.db.write() as s:
-            return s.execute(update(models.Machine).where(
-                models.Machine.id == machine_id, models.Machine.reservation.is_(None))
-                .values(reservation=self.host, reserved_at=models.utcnow())).rowcount == 1
-
-    def _release(self, machine_id):
-        with self.services.db.write() as s:
-            s.execute(update(models.Machine).where(
-                models.Machine.id == machine_id, models.Machine.reservation == self.host)
-                .values(reservation=None, reserved_at=None))
-
     # -- the step -------------------------------------------------------------------
-    def run(self, migration_id, machine_id):
-        """Run the machine's current step if it is runnable and not locked."""
-        if not self._claim(machine_id):
-            return False
-        try:
-            with self.services.db.read() as s:
-                mm = s.get(MM, (migration_id, machine_id))
-                migration = s.get(models.Migration, migration_id)
-                if mm is None or mm.state not in RUNNABLE:
-                    return False
-                state, source, activated_at = mm.state, mm.source_boot_interface, mm.activated_at
-                target, mstate = migration.target_boot_interface, migration.state
-                dry_run = migration.options.get("dry_run")
-            if state != "rolling_back" and mstate == "cancelling" and not dry_run:
-                self.transition(migration_id, machine_id, state, "rolling_back",
-                                "migration cancelled", error="migration cancelled")
-                return True
-            if dry_run:
-                self._dry_run(migration_id, machine_id, target)
-            elif state == "rolling_back":
-                self._roll_back(migration_id, machine_id, source, target, activated_at)
-            else:
-                self._forward(migration_id, machine_id, state, source, target)
-            return True
-        finally:
-            self._release(machine_id)
+    def _claim(self, migration_id, machine_id):
+        """Take the machine's lock and read what the step needs, in one transaction.
 
-    def _call(self, interface_name, step, migration_id, machine_id):
+        Returns a :class:`Job`, or None when the machine is locked by someone
+        else or its step is not runnable any more.
+        """
+        with self.services.db.write() as s:
+            taken = s.execute(update(models.Machine).where(
+                models.Machine.id == machine_id, models.Machine.reservation.is_(None))
+                .values(reservation=self.host, reserved_at=models.utcnow())).rowcount
+            if not taken:
+                return None
+            row = s.execute(
+                select(MM.state, MM.source_boot_interface, MM.activated_at,
+                       models.Migration.target_boot_interface, models.Migration.state.label(
+                           "migration_state"), models.Migration.options)
+                .join(models.Migration, models.Migration.id == MM.migration_id)
+                .where(MM.migration_id == migration_id, MM.machine_id == machine_id)).first()
+            if row is None or row.state not in RUNNABLE:
+                s.execute(self._release_stmt(machine_id))
+                return None
+            machine, partition = self.services.snapshot(s, machine_id)
+        return Job(migration_id, machine_id, row.state, row.source_boot_interface,
+                   row.target_boot_interface, row.activated_at, row.migration_state,
+                   row.options, machine, partition)
+
+    def _release_stmt(self, machine_id):
+        return update(models.Machine).where(
+            models.Machine.id == machine_id, models.Machine.reservation == self.host) \
+            .values(reservation=None, reserved_at=None)
+
+    def run(self, migration_id, machine_id):
+        """Run the machine's current step if it is runnable and not locked.
+
+        Returns the state the machine is in afterwards, or None if nothing ran.
+        """
+        job = self._claim(migration_id, machine_id)
+        if job is None:
+            return None
+        try:
+            if job.state != "rolling_back" and job.migration_state == "cancelling" \
+                    and not job.options.get("dry_run"):
+                return self._finish(job, "rolling_back", "migration cancelled",
+                                    error="migration cancelled")
+            if job.options.get("dry_run"):
+                return self._dry_run(job)
+            if job.state == "rolling_back":
+                return self._roll_back(job)
+            return self._forward(job)
+        finally:
+            if not job.released:  # the transition failed before releasing
+                with self.services.db.write() as s:
+                    s.execute(self._release_stmt(machine_id))
+
+    def _finish(self, job, new, reason, error=None):
+        """Persist the step's outcome and release the lock in one transaction."""
+        self.transition(job.migration_id, job.machine_id, job.state, new, reason, error=error,
+                        release=True, options=job.options)
+        job.released = True
+        return new
+
+    def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
+        machine_id = job.machine_id
         try:
             iface = self.services.interfaces.get(interface_name)
-            task = self.services.task(machine_id, interface_name, migration_id=migration_id)
+            task = BootTask(self.services, job.machine, job.partition, interface_name,
+                            migration_id=job.migration_id)
             getattr(iface, step)(task)
         except BootInterfaceError as exc:
             return f"{interface_name} {step}: {exc.message}"
@@ -89,49 +131,45 @@ class StepRunner:
             return f"{interface_name} {step}: {type(exc).__name__}: {exc}"
         return None
 
-    def _dry_run(self, migration_id, machine_id, target):
-        error = self._call(target, "validate", migration_id, machine_id)
-        self.transition(migration_id, machine_id, "validating",
-                        "invalid" if error else "valid", error or "valid for " + target,
-                        error=error)
+    def _dry_run(self, job):
+        error = self._call(job, job.target, "validate")
+        return self._finish(job, "invalid" if error else "valid",
+                            error or "valid for " + job.target, error=error)
 
-    def _forward(self, migration_id, machine_id, state, source, target):
+    def _forward(self, job):
+        state, source, target = job.state, job.source, job.target
         if state == "validating":
-            vetoes = self._vetoes(migration_id, machine_id)
+            vetoes = self._vetoes(job.migration_id, job.machine_id)
             if vetoes:
-                self.transition(migration_id, machine_id, state, "skipped",
-                                "vetoed: " + "; ".join(vetoes), error="; ".join(vetoes))
-                return
-            error = self._call(target, "validate", migration_id, machine_id)
+                return self._finish(job, "skipped", "vetoed: " + "; ".join(vetoes),
+                                    error="veto: " + "; ".join(vetoes))
+            error = self._call(job, target, "validate")
         elif state == "preparing":
-            error = self._call(target, "prepare", migration_id, machine_id)
+            error = self._call(job, target, "prepare")
         elif state == "activating":
-            error = self._call(target, "activate", migration_id, machine_id)
+            error = self._call(job, target, "activate")
         elif state == "verifying":
-            error = self._call(source, "clean_up", migration_id, machine_id)
+            error = self._call(job, source, "clean_up")
         if error:
-            self.transition(migration_id, machine_id, state, "rolling_back", error, error=error)
-        else:
-            self.transition(migration_id, machine_id, state, FORWARD[state],
+            return self._finish(job, "rolling_back", error, error=error)
+        return self._finish(job, FORWARD[state],
                             f"{state.replace('ing', '')} done" if state != "verifying"
                             else f"booted through {target}; {source} cleaned up")
 
-    def _roll_back(self, migration_id, machine_id, source, target, activated_at):
+    def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the
         target, make it boot through its source again."""
-        steps = [(target, "clean_up")]
-        if activated_at is not None:
-            steps += [(source, "prepare"), (source, "activate")]
+        steps = [(job.target, "clean_up")]
+        if job.activated_at is not None:
+            steps += [(job.source, "prepare"), (job.source, "activate")]
         for interface, step in steps:
-            error = self._call(interface, step, migration_id, machine_id)
+            error = self._call(job, interface, step)
             if error:
-                self.transition(migration_id, machine_id, "rolling_back", "rollback_failed",
-                                f"rollback failed: {error}; the machine needs an operator",
-                                error=f"rollback failed: {error}")
-                return
-        self.transition(migration_id, machine_id, "rolling_back", "rolled_back",
-                        f"rolled back to {source}" + ("" if activated_at else
-                                                      " (it had not been reset)"))
+                return self._finish(job, "rollback_failed",
+                                    f"rollback failed: {error}; the machine needs an operator",
+                                    error=f"rollback failed: {error}")
+        return self._finish(job, "rolled_back", f"rolled back to {job.source}" + (
+            "" if job.activated_at else " (it had not been reset)"))
 
     def _vetoes(self, migration_id, machine_id):
         if not self.services.hooks.has("metalboot_veto_machine"):
@@ -144,9 +182,10 @@ class StepRunner:
 
     # -- transitions -------------------------------------------------------------------
     def transition(self, migration_id, machine_id, old, new, reason, error=None,
-                   evidence_id=None):
+                   evidence_id=None, release=False, options=None):
         """Persist old -> new with an event, in one transaction; False if the
-        machine was no longer in ``old`` (someone else moved it)."""
+        machine was no longer in ``old`` (someone else moved it). ``release``
+        also drops this conductor's lock on the machine in that transaction."""
         now = models.utcnow()
         values = {"state": new, "updated_at": now}
         if error is not None:
@@ -156,7 +195,7 @@ class StepRunner:
             values["activated_at"] = now
         if new == "awaiting_boot":
             values["deadline"] = now + datetime.timedelta(seconds=self._boot_timeout(
-                migration_id))
+                migration_id, options))
         if new in ("done", "rolled_back", "rollback_failed", "skipped", "cancelled",
                    "valid", "invalid"):
             values["finished_at"] = now
@@ -167,6 +206,8 @@ class StepRunner:
             changed = s.execute(update(MM).where(
                 MM.migration_id == migration_id, MM.machine_id == machine_id,
                 MM.state == old).values(**values)).rowcount
+            if release:
+                s.execute(self._release_stmt(machine_id))
             if not changed:
                 return False
             unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
@@ -204,8 +245,9 @@ class StepRunner:
                 new=machine_change[1], reason=f"migration {migration_id}")
         return True
 
-    def _boot_timeout(self, migration_id):
-        with self.services.db.read() as s:
-            options = s.scalar(select(models.Migration.options).where(
-                models.Migration.id == migration_id))
+    def _boot_timeout(self, migration_id, options=None):
+        if options is None:
+            with self.services.db.read() as s:
+                options = s.scalar(select(models.Migration.options).where(
+                    models.Migration.id == migration_id))
         return options.get("boot_timeout") or self.services.conf.conductor.default_boot_timeout

@@ -22,6 +22,7 @@ class Database:
     def __init__(self, url, pool_size=10):
         self.url = sqlalchemy.engine.make_url(url)
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        self.pool_size = pool_size
         if self.is_sqlite:
             if self.url.database and self.url.database != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(self.url.database)),
@@ -37,8 +38,12 @@ class Database:
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     def _sqlite_engine(self, immediate):
+        # Keep connections open: the conductor's workers and the API's threads
+        # use many at once, and each new one costs its PRAGMAs.
         engine = sqlalchemy.create_engine(
-            self.url, connect_args={"check_same_thread": False, "timeout": 60})
+            self.url, connect_args={"check_same_thread": False, "timeout": 60},
+            poolclass=sqlalchemy.pool.QueuePool, pool_size=self.pool_size,
+            max_overflow=self.pool_size * 4)
 
         @sa_event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn, _record):

@@ -36,6 +36,10 @@ opts = [
                 help="Append each fake call to the machine's event history."),
     cfg.FloatOpt("autoboot_timeout", default=10.0,
                  help="HTTP timeout of a simulated boot's fetch."),
+    cfg.StrOpt("console_log",
+               help="File to which activate appends '<machine id> <boot URL>' lines: the "
+                    "console of a simulated BMC, for simulators in another process "
+                    "(benchmarks) that boot machines without polling the API."),
 ]
 cfg.CONF.register_opts(opts, group="fake")
 
@@ -91,6 +95,9 @@ class FakeBootInterface(BootInterface):
         # What a BMC would be told: the simulated machine reads it from the event.
         url = task.artifact_url("boot.ipxe")
         self._call("activate", task, boot_url=url)
+        if task.conf.fake.console_log:
+            with self._lock, open(task.conf.fake.console_log, "a") as console:
+                console.write(f"{task.machine.id} {url}\n")
         if task.machine.properties.get("fake_autoboot"):
             delay = float(task.machine.properties.get("fake_boot_delay") or 0)
             threading.Thread(target=self._boot, args=(url, delay, task.conf.fake.autoboot_timeout),

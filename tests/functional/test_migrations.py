@@ -315,11 +315,12 @@ def test_event_feed_cursor_sees_each_event_once(server):
     with SimulatedFleet(server.url, server.token):
         m = migrate(server, ids, max_parallel=5)
         while True:
+            # read the state first: once done, one empty page means we saw everything
+            state = server.request("GET", f"/v1/migrations/{m['id']}").json()["state"]
             body = server.request("GET", "/v1/events",
                                   params={"since": cursor, "limit": 7}).json()
             seen += [e["id"] for e in body["events"]]
             cursor = body["next_cursor"]
-            state = server.request("GET", f"/v1/migrations/{m['id']}").json()["state"]
             if state == "done" and not body["events"]:
                 break
     assert len(seen) == len(set(seen))

@@ -1,0 +1,206 @@
+"""Migration benchmark: 10,000 machines moved from ``fake`` to ``fake-alt``.
+
+Simulated machines (a tail of the fake plugin's console log, in this process)
+fetch their boot.ipxe over HTTP as soon as they are activated.
+
+1. CPU: the server's CPU time per migrated machine, side by side with a
+   baseline run on the same server that only serves the same 10,000 boot.ipxe
+   fetches. The difference is what the conductor costs per machine
+   (target: under 5 ms).
+2. Latency: every plugin call sleeps 200 ms (a BMC's latency); the wall time
+   of the migration against the ideal, calls per machine x 200 ms x machines /
+   max_parallel (target: within 1.2x at max_parallel 500).
+"""
+
+import argparse
+import concurrent.futures
+import os
+import threading
+import time
+
+import requests
+
+from benchmarks.common import MetalbootServer, cpu_seconds, fmt, peak_rss_mb, table
+
+CALLS_PER_MACHINE = 4  # validate, prepare, activate (target), clean_up (source)
+
+
+def machine(n, delay):
+    body = {"id": f"00000000-0000-4000-8000-{n:012x}", "partition": "bench",
+            "nics": [{"mac": "52:54:%02x:%02x:%02x:%02x" % (
+                (n >> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255)}]}
+    if delay:
+        body["properties"] = {"fake_delay": delay}
+    return body
+
+
+class ConsoleTail:
+    """Boots machines as their activation lines appear in the console log."""
+
+    def __init__(self, path, workers=32):
+        self.path = path
+        self.pool = concurrent.futures.ThreadPoolExecutor(workers)
+        self.session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_maxsize=workers)
+        self.session.mount("http://", adapter)
+        self.booted = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _boot(self, url):
+        try:
+            ok = self.session.get(url, timeout=60).status_code == 200
+        except requests.RequestException:
+            ok = False
+        if ok:
+            self.booted += 1
+        else:
+            self.failed += 1
+
+    def _run(self):
+        while not os.path.exists(self.path):
+            time.sleep(0.01)
+        with open(self.path) as f:
+            buf = ""
+            while not self._stop.is_set():
+                chunk = f.read()
+                if not chunk:
+                    time.sleep(0.01)
+                    continue
+                buf += chunk
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    self.pool.submit(self._boot, line.split(" ", 1)[1])
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        self.pool.shutdown()
+
+
+def register(server, count, delay=0.0):
+    s = server.session
+    s.post(server.url + "/v1/partitions", json={"id": "bench"}).raise_for_status()
+    for start in range(0, count, 10000):
+        s.post(server.url + "/v1/machines",
+               json=[machine(i, delay) for i in range(start, min(count, start + 10000))],
+               timeout=300).raise_for_status()
+    return [machine(i, 0)["id"] for i in range(count)]
+
+
+def run_migration(server, ids, max_parallel, timeout=3600):
+    r = server.session.post(server.url + "/v1/migrations", json={
+        "selector": {"partition": "bench"}, "boot_interface": "fake-alt",
+        "max_parallel": max_parallel, "boot_timeout": 600}, timeout=300)
+    r.raise_for_status()
+    mid = r.json()["id"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = server.session.get(f"{server.url}/v1/migrations/{mid}").json()
+        if m["finished_at"]:
+            return m
+        time.sleep(0.2)
+    raise RuntimeError(f"migration not finished after {timeout}s: {m}")
+
+
+def conf_for(console, workers):
+    return (f"enabled_boot_interfaces = fake,fake-alt\n[fake]\nrecord_events = false\n"
+            f"console_log = {console}\n[conductor]\nworkers = {workers}\npoll_interval = 0.2\n"
+            f"drift_check_interval = 0\n")
+
+
+def cpu_run(count, max_parallel):
+    # baseline: the same server only serves 10,000 boot.ipxe fetches
+    base = MetalbootServer(extra_conf=conf_for("/dev/null", 64))
+    try:
+        ids = register(base, count)
+        from metalboot_framework.tokens import TokenSigner
+        signer = TokenSigner.from_state_dir(os.path.join(base.dir, "state"))
+        urls = [f"{base.url}/boot/{mid}/fake-alt/{signer.machine_token(mid, 1)}/boot.ipxe"
+                for mid in ids]
+        session = requests.Session()
+        session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=32))
+        cpu0, t0 = cpu_seconds(base.proc.pid), time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            codes = list(pool.map(lambda u: session.get(u, timeout=60).status_code, urls))
+        base_cpu, base_wall = cpu_seconds(base.proc.pid) - cpu0, time.perf_counter() - t0
+        assert codes.count(200) == count
+    finally:
+        base.stop()
+    import tempfile
+    workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
+    console = os.path.join(workdir, "console.log")
+    server = MetalbootServer(extra_conf=conf_for(console, 64), workdir=workdir)
+    try:
+        register(server, count)
+        tail = ConsoleTail(console)
+        cpu0, t0 = cpu_seconds(server.proc.pid), time.perf_counter()
+        m = run_migration(server, ids, max_parallel)
+        cpu, wall = cpu_seconds(server.proc.pid) - cpu0, time.perf_counter() - t0
+        rss = peak_rss_mb(server.proc.pid)
+        tail.stop()
+    finally:
+        server.stop()
+    assert m["counts"] == {"done": count}, m["counts"]
+    per_machine = cpu / count * 1000
+    per_fetch = base_cpu / count * 1000
+    table(f"Migration CPU: {count} machines fake -> fake-alt, max_parallel {max_parallel}, "
+          f"simulated boots over HTTP",
+          ["run", "server CPU", "per machine", "wall", "peak RSS"],
+          [("migration (conductor + artifact server)", fmt(cpu, " s"),
+            fmt(per_machine, " ms"), fmt(wall, " s"), fmt(rss, " MB")),
+           ("baseline: the same boot.ipxe fetches only", fmt(base_cpu, " s"),
+            fmt(per_fetch, " ms"), fmt(base_wall, " s"), ""),
+           ("conductor = difference", fmt(cpu - base_cpu, " s"),
+            fmt(per_machine - per_fetch, " ms"), "", "")])
+    ok = per_machine - per_fetch < 5
+    print(f"target: conductor CPU per machine < 5 ms: {'met' if ok else 'MISSED'}")
+    return per_machine - per_fetch
+
+
+def latency_run(count, max_parallel, delay):
+    import tempfile
+    workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
+    console = os.path.join(workdir, "console.log")
+    server = MetalbootServer(extra_conf=conf_for(console, max_parallel), workdir=workdir)
+    try:
+        ids = register(server, count, delay=delay)
+        tail = ConsoleTail(console)
+        t0 = time.perf_counter()
+        m = run_migration(server, ids, max_parallel)
+        wall = time.perf_counter() - t0
+        tail.stop()
+    finally:
+        server.stop()
+    assert m["counts"] == {"done": count}, m["counts"]
+    ideal = CALLS_PER_MACHINE * delay * count / max_parallel
+    table(f"Migration wall time: {count} machines, {int(delay * 1000)} ms per plugin call, "
+          f"max_parallel {max_parallel}",
+          ["run", "wall", "ideal", "ratio"],
+          [("metalboot", fmt(wall, " s"), fmt(ideal, " s"), fmt(wall / ideal, "x"))])
+    print(f"target: within 1.2x of ideal: {'met' if wall / ideal <= 1.2 else 'MISSED'}")
+    return wall / ideal
+
+
+def run(count=10000, max_parallel=500, delay=0.2):
+    cpu_run(count, max_parallel)
+    latency_run(count, max_parallel, delay)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--machines", type=int, default=10000)
+    parser.add_argument("--max-parallel", type=int, default=500)
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--only", choices=["cpu", "latency"])
+    args = parser.parse_args(argv)
+    if args.only != "latency":
+        cpu_run(args.machines, args.max_parallel)
+    if args.only != "cpu":
+        latency_run(args.machines, args.max_parallel, args.delay)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Hooks around migrations in a real server: a veto plugin installed as a
+distribution, the webhook notifier against a real HTTP receiver, and drift."""
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+
+from metalboot_framework.testing.simulator import SimulatedFleet
+from tests.conftest import free_port
+from tests.functional.test_migrations import machine_states, migrate, setup_machines, wait_for
+
+pytestmark = pytest.mark.functional
+
+VETO_PLUGIN = '''
+from metalboot_framework import hookimpl
+
+@hookimpl
+def metalboot_veto_machine(machine, migration):
+    if machine["properties"].get("allocated"):
+        return "metal-api says the machine is allocated"
+'''
+
+
+@pytest.fixture
+def veto_site(tmp_path):
+    site = tmp_path / "veto-site"
+    dist = site / "metalboot_veto-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: metalboot-veto\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[metalboot.hooks]\nallocation-guard = metalboot_veto\n")
+    (site / "metalboot_veto.py").write_text(VETO_PLUGIN)
+    return site
+
+
+def test_veto_hook_skips_with_reason(server_factory, veto_site):
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
+                            env={"PYTHONPATH": str(veto_site)}).start()
+    ids = setup_machines(server, 3)
+    server.request("PATCH", f"/v1/machines/{ids[1]}", json={"properties": {"allocated": True}})
+    with SimulatedFleet(server.url, server.token):
+        m = wait_for(server, migrate(server, ids)["id"])
+    per = machine_states(server, m["id"])
+    assert per[ids[1]]["state"] == "skipped"
+    assert per[ids[1]]["last_error"] == \
+        "veto: allocation-guard: metal-api says the machine is allocated"
+    assert per[ids[0]]["state"] == "done" and per[ids[2]]["state"] == "done"
+    machine = server.request("GET", f"/v1/machines/{ids[1]}").json()
+    assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
+
+
+class Receiver(http.server.ThreadingHTTPServer):
+    """A webhook receiver on loopback: fails the first ``failures`` POSTs with 500,
+    or sleeps ``delay`` seconds per POST."""
+
+    def __init__(self, failures=0, delay=0.0):
+        self.events, self.attempts = [], 0
+        self.failures, self.delay = failures, delay
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.attempts += 1
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                if receiver.attempts <= receiver.failures:
+                    self.send_response(500)
+                else:
+                    receiver.events.append((body, self.headers.get("Authorization")))
+                    self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/metalboot"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_webhook_delivers_every_event_in_order_with_retries(server_factory):
+    receiver = Receiver(failures=3)
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
+                            f"[webhook]\nurl = {receiver.url}\ntoken = hook-secret\n").start()
+    ids = setup_machines(server, 3)
+    with SimulatedFleet(server.url, server.token):
+        wait_for(server, migrate(server, ids)["id"])
+    feed = server.request("GET", "/v1/events", params={"limit": 1000}).json()["events"]
+    deadline = time.monotonic() + 30
+    while len(receiver.events) < len(feed) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    received = [e for e, _ in receiver.events]
+    assert [e["id"] for e in received] == [e["id"] for e in feed]
+    assert received[-1] == feed[-1]
+    assert {auth for _, auth in receiver.events} == {"Bearer hook-secret"}
+    assert receiver.attempts == len(feed) + 3
+    server.stop()
+    assert "hook-secret" not in server.log()
+
+
+def test_slow_webhook_never_blocks_a_migration(server_factory):
+    receiver = Receiver(delay=5.0)
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
+                            f"[webhook]\nurl = {receiver.url}\ntimeout = 10\n").start()
+    ids = setup_machines(server, 5)
+    started = time.monotonic()
+    with SimulatedFleet(server.url, server.token):
+        m = wait_for(server, migrate(server, ids, max_parallel=5)["id"], timeout=30)
+    assert m["state"] == "done"
+    # 5 machines produce dozens of events: delivering them takes minutes at 5 s each
+    assert time.monotonic() - started < 15
+    assert len(receiver.events) < 5
+
+
+def test_drift_is_recorded_and_shown(server_factory):
+    server = server_factory(extra_conf="[conductor]\ndrift_check_interval = 1\n").start()
+    ids = setup_machines(server, 2)
+    server.request("PATCH", f"/v1/machines/{ids[0]}",
+                   json={"properties": {"fake_drift": "boot override is Hdd, expected Pxe"}})
+    deadline = time.monotonic() + 20
+    while True:
+        machine = server.request("GET", f"/v1/machines/{ids[0]}").json()
+        if machine["drift"]:
+            break
+        assert time.monotonic() < deadline, machine
+        time.sleep(0.2)
+    assert machine["drift"] == ["boot override is Hdd, expected Pxe"]
+    assert machine["drift_checked_at"]
+    other = server.request("GET", f"/v1/machines/{ids[1]}").json()
+    assert other["drift"] is None and other["drift_checked_at"]
+    events = server.request("GET", f"/v1/machines/{ids[0]}/events").json()["events"]
+    assert [e["message"] for e in events if e["kind"] == "machine.drift"] == [
+        "drift: boot override is Hdd, expected Pxe"]
+    server.request("PATCH", f"/v1/machines/{ids[0]}", json={"properties": {}})
+    deadline = time.monotonic() + 20
+    while server.request("GET", f"/v1/machines/{ids[0]}").json()["drift"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    events = server.request("GET", f"/v1/machines/{ids[0]}/events").json()["events"]
+    assert [e["message"] for e in events if e["kind"] == "machine.drift"][-1] == "drift resolved"
