@@ -149,7 +149,7 @@ class BootInterface(abc.ABC):
         under this interface's URLs, or a boot report naming this interface.
         """
         for record in records:
-            if record.interface != self.name:
+            if record.interface != self.name or record.machine_id != task.machine.id:
                 continue
             if record.kind == "fetch" and record.path in self.evidence_artifacts:
                 return record
@@ -161,8 +161,8 @@ class BootInterface(abc.ABC):
         """Return per-machine artifact ``name`` (served under ``task.artifact_url``).
 
         The core serves ``boot.ipxe`` for every interface itself; a plugin adds
-        others (e.g. an EFI binary for UEFI HTTP boot). ``None``: no such artifact.
-        Each fetch is recorded as evidence whatever the plugin returns.
+        others (e.g. an EFI binary for UEFI HTTP boot). ``None``: no such artifact
+        (404). Each fetch of an artifact served is recorded as evidence.
         """
         return None
 

@@ -6,15 +6,16 @@ import uuid
 
 from flask import Flask, g, request
 
-from metalboot_framework.api import (boot, boot_interfaces, errors, events, machines,
-                                     migrations, partitions, root)
+from metalboot_framework import logs
+from metalboot_framework.api import (boot, boot_interfaces, dashboard, errors, events, machines,
+                                     metrics, migrations, partitions, root)
 
 LOG = logging.getLogger(__name__)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, machines.bp, migrations.bp, events.bp,
-              boot.bp)
+              boot.bp, metrics.bp, dashboard.bp)
 
 
 def create_app(services, extra_blueprints=()):
@@ -22,6 +23,7 @@ def create_app(services, extra_blueprints=()):
     app = Flask("metalboot_framework")
     app.config["MAX_CONTENT_LENGTH"] = services.conf.api.max_request_body_size
     app.config["METALBOOT_TOKENS"] = services.api_tokens()
+    logs.register_secret(*app.config["METALBOOT_TOKENS"][0], *app.config["METALBOOT_TOKENS"][1])
     app.json.sort_keys = False
     app.extensions["metalboot"] = services
     for bp in BLUEPRINTS + tuple(extra_blueprints):
@@ -32,6 +34,7 @@ def create_app(services, extra_blueprints=()):
     def _request_id():
         given = request.headers.get("X-Request-Id", "")
         g.request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+        logs.set_request_id(g.request_id)  # on every log line of this request
 
     @app.after_request
     def _headers(response):

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import sushy
 
+from metalboot_framework import metrics
 from metalboot_framework.bmc import connection as connection_mod
 from metalboot_framework.bmc import quirks as quirks_mod
 from metalboot_framework.bmc import redact
@@ -93,9 +94,10 @@ class BmcClient:
 
         def attempt():
             attempts[0] += 1
-            conn = self.connection()
-            with conn.lock:
-                return fn(conn)
+            with metrics.bmc_call(operation):
+                conn = self.connection()
+                with conn.lock:
+                    return fn(conn)
 
         def on_transient(exc):
             if isinstance(exc, sushy.exceptions.ConnectionError):

@@ -5,10 +5,10 @@ import sys
 
 from oslo_config import cfg
 
-from metalboot_framework import __version__
+from metalboot_framework import __version__, logs
 from metalboot_framework.conf import CONF
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMAT = logs.TEXT_FORMAT
 
 
 def parse_args(argv, description):
@@ -18,9 +18,15 @@ def parse_args(argv, description):
         fail(f"configuration error: {exc}")
 
 
-def setup_logging(debug=False):
+def setup_logging(debug=False, log_format=None):
+    """Log to stderr as ``[DEFAULT] log_format`` says, with request ids and
+    secrets masked on every line (:mod:`metalboot_framework.logs`)."""
+    if log_format is None:
+        log_format = getattr(CONF, "log_format", None) or "text"
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=LOG_FORMAT,
                         stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        logs.install(handler, log_format)
     for noisy in ("stevedore", "alembic.runtime.migration", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

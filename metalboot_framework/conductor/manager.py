@@ -16,8 +16,9 @@ import logging
 import threading
 import time
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 
+from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
@@ -31,6 +32,25 @@ MM = models.MigrationMachine
 # left by a conductor that died); steps this conductor starts are handed to a
 # worker at once.
 RESCAN_INTERVAL = 2.0
+
+_MMT = MM.__table__
+_TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
+    _MMT.c.migration_id == bindparam("mig")).group_by(_MMT.c.state, _MMT.c.canary)
+_QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+    .order_by(_MMT.c.position).limit(bindparam("n"))
+_CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
+_EV = models.BootEvidence.__table__
+_NEWEST_EVIDENCE = select(func.max(_EV.c.id))
+_WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
+                  models.Migration.target_boot_interface) \
+    .join(models.Migration, models.Migration.id == _MMT.c.migration_id) \
+    .where(_MMT.c.state == "awaiting_boot")
+_WAITING_WITH_NEW_EVIDENCE = _WAITING.where(_MMT.c.machine_id.in_(
+    select(_EV.c.machine_id).where(_EV.c.id > bindparam("cursor"))))
+_WAITING_EXPIRED = _WAITING.where(_MMT.c.deadline < bindparam("now"))
+_WAITING_SINCE = _WAITING.where(_MMT.c.updated_at >= bindparam("since"))
+_CLOCK_SLACK = datetime.timedelta(seconds=1)
 
 
 class Conductor:
@@ -46,6 +66,7 @@ class Conductor:
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
         self._evidence_cursor = -1
+        self._evidence_checked_at = datetime.datetime.min
         self._last_scan = float("-inf")
 
     # -- life cycle -----------------------------------------------------------------
@@ -146,20 +167,29 @@ class Conductor:
                 .order_by(models.Migration.created_at)))
         if not live:
             return
-        self._check_evidence()
         now = time.monotonic()
         full_scan = now - self._last_scan >= RESCAN_INTERVAL
         if full_scan:
             self._last_scan = now
+        self._check_evidence(full=full_scan)
         for migration in live:
+            tally = self._tally(migration.id)
             if migration.state == "cancelling":
                 self._cancel_queued(migration)
             elif migration.state == "running":
-                if not self._check_budget(migration):
-                    self._start_queued(migration)
+                if not self._check_budget(migration, tally):
+                    self._start_queued(migration, tally)
             if full_scan:
                 self._dispatch(migration)
-            self._close_if_finished(migration)
+            if not any(n for (state, _), n in tally.items() if state in mig.ACTIVE) or \
+                    migration.state in ("cancelling", "halted"):
+                self._close_if_finished(migration)
+
+    def _tally(self, migration_id):
+        """Machines of a migration per (step, canary): one query serves a tick."""
+        with self.services.db.read_conn() as conn:
+            return {(state, bool(canary)): n for state, canary, n in conn.execute(
+                _TALLY, {"mig": migration_id})}
 
     def _submit(self, migration_id, machine_id):
         with self._in_flight_lock:
@@ -183,9 +213,7 @@ class Conductor:
     def _work(self, migration_id, machine_id):
         """Run the machine's steps one after another while they are runnable."""
         try:
-            while not self._stop.is_set():
-                if self.runner.run(migration_id, machine_id) not in RUNNABLE:
-                    break
+            self.runner.run(migration_id, machine_id)
         except Exception:
             LOG.exception("step of machine %s in migration %s failed", machine_id, migration_id)
         finally:
@@ -193,55 +221,54 @@ class Conductor:
                 self._in_flight.discard(machine_id)
             self._wake.set()
 
-    def _start_queued(self, migration):
+    def _start_queued(self, migration, tally):
         options = migration.options
-        with self.services.db.read() as s:
-            by_state = mig.counts(s, migration.id)
-            in_flight = sum(n for state, n in by_state.items() if state in mig.IN_FLIGHT)
-            capacity = options["max_parallel"] - in_flight
-            if capacity <= 0 or not by_state.get("queued"):
-                return
-            q = select(MM.machine_id, MM.canary).where(
-                MM.migration_id == migration.id, MM.state == "queued").order_by(MM.position)
-            canaries_open = s.scalar(select(func.count()).select_from(MM).where(
-                MM.migration_id == migration.id, MM.canary.is_(True),
-                MM.state.not_in(mig.SUCCEEDED)))
-            if canaries_open:
-                q = q.where(MM.canary.is_(True))
-            starting = s.execute(q.limit(capacity)).all()
-        now = models.utcnow()
+        in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
+        capacity = options["max_parallel"] - in_flight
+        if capacity <= 0 or not any(n for (state, _), n in tally.items() if state == "queued"):
+            return
+        canaries_open = sum(n for (state, canary), n in tally.items()
+                            if canary and state not in mig.SUCCEEDED)
+        with self.services.db.read_conn() as conn:
+            starting = conn.execute(_CANARIES_QUEUED if canaries_open else _QUEUED,
+                                    {"mig": migration.id, "n": capacity}).all()
         for machine_id, canary in starting:
-            with self.services.db.write() as s:
-                s.execute(update(MM).where(MM.migration_id == migration.id,
-                                           MM.machine_id == machine_id, MM.state == "queued")
-                          .values(started_at=now, attempt=MM.attempt + 1))
             if self.runner.transition(migration.id, machine_id, "queued", "validating",
                                       "started" + (" (canary)" if canary else ""),
                                       options=options):
                 self._submit(migration.id, machine_id)
 
-    def _check_evidence(self):
-        """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline."""
-        with self.services.db.read() as s:
-            newest = s.scalar(select(func.max(models.BootEvidence.id))) or 0
-            waiting = s.execute(
-                select(MM.migration_id, MM.machine_id, MM.activated_at, MM.deadline,
-                       models.Migration.target_boot_interface)
-                .join(models.Migration, models.Migration.id == MM.migration_id)
-                .where(MM.state == "awaiting_boot")).all()
-            if not waiting:
-                self._evidence_cursor = newest
-                return
-            records = {}
-            if newest != self._evidence_cursor:
-                ids = [w.machine_id for w in waiting]
-                for start in range(0, len(ids), 500):
-                    for ev in s.scalars(select(models.BootEvidence).where(
-                            models.BootEvidence.machine_id.in_(ids[start:start + 500]))
-                            .order_by(models.BootEvidence.id)):
-                        records.setdefault(ev.machine_id, []).append(ev)
-        self._evidence_cursor = newest
+    def _check_evidence(self, full=False):
+        """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline.
+
+        Only machines with evidence newer than the last look, machines that
+        started waiting since then (their evidence may have come first) and
+        machines past their deadline are read, so a tick costs about the same
+        for 10 or 10,000 machines awaiting their boot. ``full`` looks at every
+        waiting machine (a backstop for evidence committed out of id order,
+        which PostgreSQL allows).
+        """
         now = models.utcnow()
+        since, self._evidence_checked_at = self._evidence_checked_at, now
+        with self.services.db.read_conn() as conn:
+            newest = conn.execute(_NEWEST_EVIDENCE).scalar() or 0
+            if full:
+                waiting = conn.execute(_WAITING).all()
+            else:
+                waiting = conn.execute(_WAITING_SINCE, {"since": since - _CLOCK_SLACK}).all()
+                if newest != self._evidence_cursor:
+                    waiting += conn.execute(_WAITING_WITH_NEW_EVIDENCE,
+                                            {"cursor": self._evidence_cursor}).all()
+                waiting += conn.execute(_WAITING_EXPIRED, {"now": now}).all()
+                waiting = list({w.machine_id: w for w in waiting}.values())
+            records = {}
+            ids = [w.machine_id for w in waiting]
+            for start in range(0, len(ids), 500):
+                for ev in conn.execute(select(models.BootEvidence.__table__).where(
+                        models.BootEvidence.machine_id.in_(ids[start:start + 500]))
+                        .order_by(models.BootEvidence.id)):
+                    records.setdefault(ev.machine_id, []).append(ev)
+        self._evidence_cursor = newest
         for w in waiting:
             found = None
             candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
@@ -257,6 +284,8 @@ class Conductor:
                         w.migration_id, w.machine_id, "awaiting_boot", "verifying",
                         f"boot evidence: {found.kind} of {found.path} from "
                         f"{found.client_address}", evidence_id=found.id):
+                    metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
+                                                  found.created_at)
                     self._submit(w.migration_id, w.machine_id)
             elif w.deadline is not None and now > w.deadline:
                 seconds = int((w.deadline - w.activated_at).total_seconds()) \
@@ -266,15 +295,18 @@ class Conductor:
                                           "rolling_back", error, error=error):
                     self._submit(w.migration_id, w.machine_id)
 
-    def _check_budget(self, migration):
+    def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""
-        with self.services.db.read() as s:
-            failed_canary = s.execute(select(MM.machine_id, MM.last_error).where(
-                MM.migration_id == migration.id, MM.canary.is_(True),
-                MM.state.in_(("rolling_back",) + mig.FAILED))).first()
-            failures = s.scalar(select(func.count()).select_from(MM).where(
-                MM.migration_id == migration.id,
-                MM.state.in_(("rolling_back",) + mig.FAILED)))
+        failing = ("rolling_back",) + mig.FAILED
+        failures = sum(n for (state, _), n in tally.items() if state in failing)
+        if not failures:
+            return False
+        failed_canary = None
+        if any(n for (state, canary), n in tally.items() if canary and state in failing):
+            with self.services.db.read() as s:
+                failed_canary = s.execute(select(MM.machine_id, MM.last_error).where(
+                    MM.migration_id == migration.id, MM.canary.is_(True),
+                    MM.state.in_(failing)).order_by(MM.position)).first()
         reason = None
         if failed_canary is not None:
             reason = f"canary machine {failed_canary.machine_id} failed: {failed_canary.last_error}"

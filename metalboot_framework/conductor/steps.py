@@ -14,9 +14,11 @@ passive: the scheduler moves it on when evidence arrives or time runs out.
 import dataclasses
 import datetime
 import logging
+import time
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 
+from metalboot_framework import metrics
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_framework.migrations import MM
 from metalboot_framework.store import models
@@ -24,8 +26,51 @@ from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
+_MACHINES = models.Machine.__table__
+_MIGRATIONS = models.Migration.__table__
+_MMT = MM.__table__
+_mid, _host = bindparam("mid"), bindparam("host")
+
+# Statements built once: building SQL expressions per call costs more than
+# running them.
+CLAIM = update(_MACHINES).where(_MACHINES.c.id == _mid, _MACHINES.c.reservation.is_(None)) \
+    .values(reservation=_host, reserved_at=bindparam("now"))
+RELEASE = update(_MACHINES).where(_MACHINES.c.id == _mid, _MACHINES.c.reservation == _host) \
+    .values(reservation=None, reserved_at=None)
+JOB = select(_MMT.c.state, _MMT.c.source_boot_interface, _MMT.c.activated_at,
+             _MIGRATIONS.c.target_boot_interface,
+             _MIGRATIONS.c.state.label("migration_state"), _MIGRATIONS.c.options) \
+    .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
+    .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
+_SWITCH = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
+    boot_interface=bindparam("target"), state="ready", updated_at=bindparam("now"))
+_BACK_TO_READY = update(_MACHINES).where(_MACHINES.c.id == _mid,
+                                         _MACHINES.c.state == "migrating") \
+    .values(state="ready", updated_at=bindparam("now"))
+_TO_ERROR = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
+    state="error", updated_at=bindparam("now"))
+_MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_interface) \
+    .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
+    .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
+_MIGRATION_STATE = select(_MIGRATIONS.c.state).where(_MIGRATIONS.c.id == bindparam("mig"))
+_TRANSITIONS = {}
+
+
+def _transition_stmt(keys):
+    """UPDATE of a migration machine from an expected state, per set of columns."""
+    stmt = _TRANSITIONS.get(keys)
+    if stmt is None:
+        stmt = _TRANSITIONS[keys] = update(_MMT).where(
+            _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid,
+            _MMT.c.state == bindparam("old")).values({k: bindparam(f"v_{k}") for k in keys})
+    return stmt
+
+
 FORWARD = {"validating": "preparing", "preparing": "activating", "activating": "awaiting_boot",
            "verifying": "done"}
+DONE_MESSAGES = {"validating": "{target} validated the machine",
+                 "preparing": "{target} prepared", "activating": "{target} activated",
+                 "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
 
 
@@ -60,59 +105,64 @@ class StepRunner:
         Returns a :class:`Job`, or None when the machine is locked by someone
         else or its step is not runnable any more.
         """
-        with self.services.db.write() as s:
-            taken = s.execute(update(models.Machine).where(
-                models.Machine.id == machine_id, models.Machine.reservation.is_(None))
-                .values(reservation=self.host, reserved_at=models.utcnow())).rowcount
-            if not taken:
+        params = {"mid": machine_id, "host": self.host, "mig": migration_id,
+                  "now": models.utcnow()}
+        with self.services.db.write_conn() as conn:
+            if not conn.execute(CLAIM, params).rowcount:
                 return None
-            row = s.execute(
-                select(MM.state, MM.source_boot_interface, MM.activated_at,
-                       models.Migration.target_boot_interface, models.Migration.state.label(
-                           "migration_state"), models.Migration.options)
-                .join(models.Migration, models.Migration.id == MM.migration_id)
-                .where(MM.migration_id == migration_id, MM.machine_id == machine_id)).first()
+            row = conn.execute(JOB, params).first()
             if row is None or row.state not in RUNNABLE:
-                s.execute(self._release_stmt(machine_id))
+                conn.execute(RELEASE, params)
                 return None
-            machine, partition = self.services.snapshot(s, machine_id)
+            machine, partition = self.services.snapshot(conn, machine_id)
         return Job(migration_id, machine_id, row.state, row.source_boot_interface,
                    row.target_boot_interface, row.activated_at, row.migration_state,
                    row.options, machine, partition)
 
-    def _release_stmt(self, machine_id):
-        return update(models.Machine).where(
-            models.Machine.id == machine_id, models.Machine.reservation == self.host) \
-            .values(reservation=None, reserved_at=None)
-
     def run(self, migration_id, machine_id):
-        """Run the machine's current step if it is runnable and not locked.
+        """Run the machine's steps while they are runnable, holding its lock.
 
-        Returns the state the machine is in afterwards, or None if nothing ran.
+        Each step's outcome is persisted before the next starts, so a crash
+        loses at most the step in progress. Returns the state the machine is in
+        afterwards, or None if nothing ran.
         """
         job = self._claim(migration_id, machine_id)
         if job is None:
             return None
         try:
-            if job.state != "rolling_back" and job.migration_state == "cancelling" \
-                    and not job.options.get("dry_run"):
-                return self._finish(job, "rolling_back", "migration cancelled",
-                                    error="migration cancelled")
-            if job.options.get("dry_run"):
-                return self._dry_run(job)
-            if job.state == "rolling_back":
-                return self._roll_back(job)
-            return self._forward(job)
+            while True:
+                started = time.monotonic()
+                step = job.state
+                new = self._step(job)
+                metrics.observe_step(step, job.target, time.monotonic() - started)
+                if new not in RUNNABLE:
+                    return new
+                job.state = new
+                with self.services.db.read_conn() as conn:  # cancelled meanwhile?
+                    job.migration_state = conn.execute(
+                        _MIGRATION_STATE, {"mig": migration_id}).scalar()
         finally:
-            if not job.released:  # the transition failed before releasing
-                with self.services.db.write() as s:
-                    s.execute(self._release_stmt(machine_id))
+            if not job.released:  # the last transition failed before releasing
+                with self.services.db.write_conn() as conn:
+                    conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
+
+    def _step(self, job):
+        if job.state != "rolling_back" and job.migration_state == "cancelling" \
+                and not job.options.get("dry_run"):
+            return self._finish(job, "rolling_back", "migration cancelled",
+                                error="migration cancelled")
+        if job.options.get("dry_run"):
+            return self._dry_run(job)
+        if job.state == "rolling_back":
+            return self._roll_back(job)
+        return self._forward(job)
 
     def _finish(self, job, new, reason, error=None):
-        """Persist the step's outcome and release the lock in one transaction."""
+        """Persist the step's outcome; release the lock with it when no step follows."""
+        release = new not in RUNNABLE
         self.transition(job.migration_id, job.machine_id, job.state, new, reason, error=error,
-                        release=True, options=job.options)
-        job.released = True
+                        release=release, options=job.options)
+        job.released = release
         return new
 
     def _call(self, job, interface_name, step):
@@ -152,9 +202,8 @@ class StepRunner:
             error = self._call(job, source, "clean_up")
         if error:
             return self._finish(job, "rolling_back", error, error=error)
-        return self._finish(job, FORWARD[state],
-                            f"{state.replace('ing', '')} done" if state != "verifying"
-                            else f"booted through {target}; {source} cleaned up")
+        return self._finish(job, FORWARD[state], DONE_MESSAGES[state].format(
+            source=source, target=target))
 
     def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the
@@ -190,6 +239,9 @@ class StepRunner:
         values = {"state": new, "updated_at": now}
         if error is not None:
             values["last_error"] = error
+        if old == "queued" and new == "validating":
+            values["started_at"] = now
+            values["attempt"] = 1
         if new == "activating":
             # Evidence counts from the moment activation may begin.
             values["activated_at"] = now
@@ -201,40 +253,35 @@ class StepRunner:
             values["finished_at"] = now
         if evidence_id is not None:
             values["evidence_id"] = evidence_id
-        with self.services.write() as unit:
-            s = unit.session
-            changed = s.execute(update(MM).where(
-                MM.migration_id == migration_id, MM.machine_id == machine_id,
-                MM.state == old).values(**values)).rowcount
+        params = {"mig": migration_id, "mid": machine_id, "old": old, "host": self.host,
+                  "now": now}
+        params.update({f"v_{k}": v for k, v in values.items()})
+        machine_change = None
+        with self.services.write(core=True) as unit:
+            conn = unit.session
+            changed = conn.execute(_transition_stmt(tuple(sorted(values))), params).rowcount
             if release:
-                s.execute(self._release_stmt(machine_id))
+                conn.execute(RELEASE, params)
             if not changed:
                 return False
             unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
                        migration_id=migration_id, data={"old": old, "new": new,
                                                         "reason": reason})
-            machine_change = None
             if new == "done":
-                target = s.scalar(select(models.Migration.target_boot_interface).where(
-                    models.Migration.id == migration_id))
-                source = s.scalar(select(MM.source_boot_interface).where(
-                    MM.migration_id == migration_id, MM.machine_id == machine_id))
-                s.execute(update(models.Machine).where(models.Machine.id == machine_id)
-                          .values(boot_interface=target, state="ready", updated_at=now))
+                source, target = conn.execute(_MM_NAMES, params).first()
+                conn.execute(_SWITCH, dict(params, target=target))
                 unit.event("machine.boot_interface_changed",
                            f"boot interface {source} -> {target} (migration {migration_id})",
                            machine_id=machine_id, migration_id=migration_id,
                            data={"old": source, "new": target, "reason": "migration"})
                 machine_change = (source, target)
             elif new in ("rolled_back", "skipped", "cancelled"):
-                s.execute(update(models.Machine).where(
-                    models.Machine.id == machine_id, models.Machine.state == "migrating")
-                    .values(state="ready", updated_at=now))
+                conn.execute(_BACK_TO_READY, params)
             elif new == "rollback_failed":
-                s.execute(update(models.Machine).where(models.Machine.id == machine_id)
-                          .values(state="error", updated_at=now))
+                conn.execute(_TO_ERROR, params)
         LOG.info("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
-                 reason)
+                 reason, extra={"migration_id": migration_id, "machine_id": machine_id,
+                                "old_step": old, "step": new})
         self.services.hooks.notify("metalboot_machine_step_changed", machine_id=machine_id,
                                    migration_id=migration_id, old=old, new=new, reason=reason)
         if machine_change and self.services.hooks.has("metalboot_boot_interface_changed"):

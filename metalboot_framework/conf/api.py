@@ -30,6 +30,15 @@ opts = [
                help="Worker threads of the WSGI server."),
     cfg.IntOpt("connection_limit", default=1000, min=1,
                help="Most simultaneous client connections the WSGI server accepts."),
+    cfg.BoolOpt("metrics_public", default=False,
+                help="Serve GET /metrics (Prometheus text format) without a token. "
+                     "When false, /metrics needs a reader or admin bearer token, "
+                     "like the rest of the API (Prometheus: "
+                     "authorization: {credentials_file: ...})."),
+    cfg.BoolOpt("access_log", default=True,
+                help="Log one INFO line per HTTP request: method, path (per-machine "
+                     "tokens and token query parameters masked), status, duration, "
+                     "request id."),
 ]
 
 

@@ -30,6 +30,15 @@ opts = [
     cfg.StrOpt("host", default=socket.gethostname(), sample_default="<hostname>",
                help="Name of this conductor; it marks the machine locks it holds."),
     cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
+    cfg.StrOpt("log_format", default="text", choices=[("text", "plain text lines"),
+                                                 ("json", "one JSON object per line")],
+               help="Format of the log lines on standard error. 'text': "
+                    "'<time> <level> <logger> [<request id>]: <message>'. 'json': one "
+                    "JSON object per line with time, level, logger, message, "
+                    "request_id (lines written while handling an API request) and "
+                    "fields such as migration_id and machine_id. In both, BMC "
+                    "passwords, API tokens and per-machine tokens (also inside "
+                    "artifact URLs) are masked as ***."),
     cfg.ListOpt("disabled_hooks", default=[],
                 help="Entry-point names in metalboot.hooks that are installed but "
                      "must not be registered."),

@@ -12,6 +12,7 @@ import threading
 from stevedore import driver
 from stevedore.exception import NoMatches
 
+from metalboot_framework import metrics
 from metalboot_framework.dhcp.base import DhcpBackend
 from metalboot_framework.exceptions import PluginLoadError
 
@@ -52,6 +53,7 @@ def get_backend(name, conf=None):
             raise PluginLoadError(f"DHCP backend {name!r} ({where}) is not a DhcpBackend "
                                   f"subclass")
         backend.name = name
+        metrics.instrument_dhcp_backend(backend)  # call latency and errors
         _CACHE[key] = backend
         LOG.info("loaded DHCP backend %s from %s", name,
                  manager.extensions[0].entry_point.value)

@@ -72,6 +72,18 @@ class Database:
         with self._read() as session:
             yield session
 
+    @contextlib.contextmanager
+    def write_conn(self):
+        """A Core connection in a write transaction: for hot paths, where an ORM
+        session's bookkeeping costs more than the statements."""
+        with self.write_engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def read_conn(self):
+        with self.read_engine.connect() as conn:
+            yield conn
+
     def alembic_config(self, connection):
         cfg = alembic.config.Config()
         cfg.set_main_option("script_location", MIGRATIONS_DIR)

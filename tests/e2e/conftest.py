@@ -1,0 +1,56 @@
+"""Fixtures of the e2e tests: a real boot network with QEMU/OVMF machines.
+
+These tests run only when selected (``tox -e e2e`` or ``pytest -m e2e``; the
+default run excludes the marker). They need root, the Debian packages
+``.ci/run`` installs (qemu-system-x86, ovmf, radvd, dnsmasq-base,
+kea-dhcp6-server, dosfstools, mtools) and ``virt-firmware`` from PyPI; a
+missing one is a failure, not a skip, since nobody selects them by accident.
+Debian trixie's iPXE is fetched once by ``fetch_trixie_ipxe.sh``
+(``METALBOOT_E2E_IPXE_DIR`` points at an unpacked copy instead).
+"""
+
+import pytest
+
+from tests.e2e.harness import Harness, missing_requirements
+from tests.e2e.scenarios import format_table
+
+_TABLES = []
+
+
+@pytest.fixture
+def boot_network(tmp_path):
+    """Factory: boot_network(machines=N) -> a started Harness, closed after the test."""
+    missing = missing_requirements()
+    if missing:
+        pytest.fail("missing for the e2e tests: " + ", ".join(missing))
+    made = []
+
+    def make(machines=1):
+        harness = Harness(machines=machines, workdir=str(tmp_path / f"net{len(made)}"))
+        made.append(harness)
+        harness.start()
+        return harness
+
+    try:
+        yield make
+    finally:
+        for harness in made:
+            harness.close()
+
+
+@pytest.fixture
+def e2e_report(request):
+    """report(rows): the table is printed in the terminal summary."""
+    def report(rows):
+        _TABLES.append((request.node.nodeid, format_table(rows)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _TABLES:
+        return
+    terminalreporter.section("e2e: seconds from reset to the machine's own fetch")
+    for nodeid, table in _TABLES:
+        terminalreporter.write_line(nodeid)
+        for line in table.splitlines():
+            terminalreporter.write_line("  " + line)

@@ -1,0 +1,678 @@
+"""The e2e harness: real UEFI firmware booting through metalboot's boot interfaces.
+
+One :class:`Harness` builds, in a network namespace of its own (unique name,
+removed on close even when a step failed)::
+
+    netns mbe2e<id>
+      br0  10.55.0.1/24  fd55::1/64   (the boot network; a veth end keeps its carrier up)
+       |- tap0 .. tapN-1  <- qemu-system-x86_64 -accel tcg, OVMF, virtio-net romfile=
+       |                     (one per machine, started and reset by its BMC below)
+      radvd        SLAAC prefix fd55::/64, RDNSS fd55::1
+      dnsmasq      DHCPv4 + TFTP (trixie snponly.efi), the operator snippet of
+                   doc/boot-interfaces/dhcp.rst; metalboot writes --dhcp-hostsdir/optsdir
+      kea-dhcp6    the operator snippet of doc/boot-interfaces/dhcp.rst; metalboot
+                   writes the included reservations and reloads over the control socket
+      metalboot-server  [fd55::1]:8080 (API, artifacts, conductor), public_url
+                   http://[fd55::1]:8080
+      qemu_bmc.py  one Redfish BMC per machine on 127.0.0.1:81NN *of the namespace*:
+                   sushy-emulator (fake driver) linked to the machine's QEMU process
+
+The test process reaches the server and the BMCs through ``netns_forward.py``
+(127.0.0.1 of the host to addresses inside the namespace); no link joins the
+namespace to the host, so all boot traffic stays inside it.
+
+Every process is started by the harness (``ip netns exec``) and stopped by its
+pid in :meth:`Harness.close`; QEMU processes are stopped by their BMC and, as a
+backup, by the pid in their pid file.
+"""
+
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import requests
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PLUGIN_DIR = os.path.join(HERE, "plugin")
+TEMPLATE_DIR = os.path.join(HERE, "templates")
+FETCH_IPXE = os.path.join(HERE, "fetch_trixie_ipxe.sh")
+
+OVMF_CODE = os.environ.get("METALBOOT_E2E_OVMF_CODE", "/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = os.environ.get("METALBOOT_E2E_OVMF_VARS", "/usr/share/OVMF/OVMF_VARS_4M.fd")
+
+V4_NET, V4_SERVER = "10.55.0", "10.55.0.1"
+V6_PREFIX, V6_SERVER = "fd55::", "fd55::1"
+SERVER_PORT = 8080
+BMC_PORT_BASE = 8100
+PUBLIC_URL = f"http://[{V6_SERVER}]:{SERVER_PORT}"
+ADMIN_TOKEN = "e2e-admin-token"
+BMC_USER, BMC_PASSWORD = "admin", "e2e-bmc-password"
+PARTITION = "e2e"
+
+BOOT_INTERFACES = ["pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
+                   "e2e-http-url-404"]
+
+REQUIRED_TOOLS = {
+    "ip": "iproute2", "qemu-system-x86_64": "qemu-system-x86", "radvd": "radvd",
+    "dnsmasq": "dnsmasq-base", "kea-dhcp6": "kea-dhcp6-server",
+    "virt-fw-vars": "pip install virt-firmware", "mkfs.vfat": "dosfstools", "mcopy": "mtools",
+    "apt-get": "apt", "dpkg-deb": "dpkg",
+}
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+def missing_requirements():
+    """What this machine lacks for the e2e tests (empty list: all there)."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (network namespaces, tap devices)")
+    for tool, package in REQUIRED_TOOLS.items():
+        if not shutil.which(tool):
+            missing.append(f"{tool} ({package})")
+    for path in (OVMF_CODE, OVMF_VARS):
+        if not os.path.exists(path):
+            missing.append(f"{path} (ovmf)")
+    try:
+        import sushy_tools  # noqa: F401
+    except ImportError:
+        missing.append("sushy-tools (pip)")
+    return missing
+
+
+def trixie_ipxe_dir():
+    """Directory with Debian trixie's ipxe.efi and snponly.efi (fetched once, cached)."""
+    env = os.environ.get("METALBOOT_E2E_IPXE_DIR")
+    if env:
+        return env
+    out = subprocess.run(["bash", FETCH_IPXE], capture_output=True, text=True)
+    if out.returncode:
+        raise HarnessError(f"{FETCH_IPXE} failed:\n{out.stderr}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def sh(*cmd, check=True):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if check and out.returncode:
+        raise HarnessError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()}")
+    return out
+
+
+def utc_epoch(iso_or_naive):
+    """Seconds since the epoch of a UTC time as metalboot stores or shows it."""
+    if isinstance(iso_or_naive, str):
+        text = iso_or_naive.rstrip("Z").replace("T", " ")
+        value = datetime.datetime.fromisoformat(text)
+    else:
+        value = iso_or_naive
+    return value.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+class Proc:
+    """A process started by the harness (in the namespace), stopped by its pid."""
+
+    def __init__(self, name, cmd, log_path, env=None, cwd=None):
+        self.name, self.cmd, self.log_path = name, cmd, log_path
+        log = open(log_path, "ab")
+        self.popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+        log.close()
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def log(self, tail=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-tail:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout=10):
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout)
+
+
+class Machine:
+    """One QEMU machine, its BMC, and its record in metalboot."""
+
+    def __init__(self, harness, index):
+        self.index = index
+        self.name = f"m{index + 1}"
+        self.id = str(uuid.UUID(int=(0xE2E0 << 112) | (harness.run_number << 16) | index + 1))
+        self.mac = f"52:54:00:e2:e0:{index + 1:02x}"
+        self.tap = f"tap{index}"
+        self.ipv4_address = f"{V4_NET}.{11 + index}"
+        self.workdir = os.path.join(harness.workdir, self.name)
+        self.bmc_port = BMC_PORT_BASE + index
+        self.bmc_local_url = None  # through the forwarder, for the test process
+        os.makedirs(self.workdir, exist_ok=True)
+
+    @property
+    def bmc_address(self):  # as metalboot (inside the namespace) reaches it
+        return f"http://127.0.0.1:{self.bmc_port}"
+
+    def spec(self):
+        return {"mac": self.mac, "tap": self.tap, "workdir": self.workdir,
+                "ovmf_code": OVMF_CODE, "ovmf_vars": OVMF_VARS, "memory": 768}
+
+    def boots(self):
+        """The BMC's record of each QEMU start (time, override, NVRAM edits)."""
+        try:
+            with open(os.path.join(self.workdir, "boots.jsonl")) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def serial(self):
+        try:
+            with open(os.path.join(self.workdir, "serial.log"), "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        import re
+        return re.sub(r"\x1b\[[0-9;=?]*[A-Za-z]", "", text).replace("\r", "")
+
+    def qemu_pid(self):
+        try:
+            with open(os.path.join(self.workdir, "qemu.pid")) as f:
+                return int(f.read().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def redfish(self, method, path, **kw):
+        r = requests.request(method, self.bmc_local_url + path, auth=(BMC_USER, BMC_PASSWORD),
+                             timeout=30, **kw)
+        r.raise_for_status()
+        return r
+
+    def system_path(self):
+        return f"/redfish/v1/Systems/{self.id}"
+
+
+class Harness:
+    """The boot network, its servers, metalboot-server and N machines with BMCs."""
+
+    def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None):
+        self.count = machines
+        self.run_number = int.from_bytes(os.urandom(2), "big")
+        self.netns = f"mbe2e{os.getpid() % 100000}x{self.run_number:04x}"
+        self._own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="metalboot-e2e-")
+        os.makedirs(self.workdir, exist_ok=True)
+        self.keep_workdir = keep_workdir if keep_workdir is not None else not self._own_workdir
+        self.ipxe_dir = ipxe_dir
+        self.log = log or (lambda msg: print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}",
+                                             file=sys.stderr, flush=True))
+        self.procs = []
+        self.netns_made = False
+        self.machines = [Machine(self, i) for i in range(machines)]
+        self.server_url = None
+        self.server = None
+        self.state_dir = os.path.join(self.workdir, "metalboot-state")
+        self._partition_made = False
+
+    # -- life cycle -------------------------------------------------------------------
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self):
+        missing = missing_requirements()
+        if missing:
+            raise HarnessError("missing for the e2e tests: " + ", ".join(missing))
+        t0 = time.monotonic()
+        self.ipxe_dir = self.ipxe_dir or trixie_ipxe_dir()
+        for binary in ("ipxe.efi", "snponly.efi"):
+            if not os.path.isfile(os.path.join(self.ipxe_dir, binary)):
+                raise HarnessError(f"{self.ipxe_dir} has no {binary}")
+        self._network()
+        self._radvd()
+        self._dnsmasq()
+        self._kea()
+        self._metalboot_server()
+        self._bmcs()
+        self._forwarder()
+        self._wait_ready()
+        self.log(f"boot network {self.netns} with {self.count} machine(s) ready in "
+                 f"{time.monotonic() - t0:.1f} s (workdir {self.workdir})")
+
+    def close(self):
+        """Stop everything this harness started, by pid, and delete its namespace."""
+        errors = []
+        for machine in self.machines:
+            pid = machine.qemu_pid()
+            # QEMU first: the BMCs stop their own QEMU on SIGTERM, this is the backup.
+            if pid and self._is_ours(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for proc in reversed(self.procs):
+            try:
+                proc.stop()
+            except Exception as exc:  # keep cleaning up
+                errors.append(f"{proc.name}: {exc}")
+        self.procs = []
+        if self.netns_made:
+            out = sh("ip", "netns", "del", self.netns, check=False)
+            if out.returncode:
+                errors.append(f"ip netns del {self.netns}: {out.stderr.strip()}")
+            self.netns_made = False
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if errors:
+            self.log("clean-up problems: " + "; ".join(errors))
+
+    def _is_ours(self, pid):
+        """Whether ``pid`` is a QEMU of this harness (its command line names our workdir)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return self.workdir.encode() in f.read()
+        except OSError:
+            return False
+
+    def _spawn(self, name, cmd, env=None, cwd=None):
+        proc = Proc(name, ["ip", "netns", "exec", self.netns, *cmd],
+                    os.path.join(self.workdir, f"{name}.log"), env=env, cwd=cwd)
+        self.procs.append(proc)
+        return proc
+
+    def in_ns(self, *cmd, check=True):
+        return sh("ip", "netns", "exec", self.netns, *cmd, check=check)
+
+    # -- the boot network ---------------------------------------------------------------
+    def _network(self):
+        sh("ip", "netns", "add", self.netns)
+        self.netns_made = True
+        ns = self.in_ns
+        ns("ip", "link", "set", "lo", "up")
+        ns("sysctl", "-qw", "net.ipv6.conf.all.forwarding=1",
+           "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+        ns("ip", "link", "add", "br0", "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        for machine in self.machines:
+            ns("ip", "tuntap", "add", machine.tap, "mode", "tap")
+            ns("ip", "link", "set", machine.tap, "master", "br0")
+            ns("ip", "link", "set", machine.tap, "up")
+        # A veth end on the bridge keeps br0's carrier up before any VM runs (Kea binds).
+        ns("ip", "link", "add", "vd0", "type", "veth", "peer", "name", "vd1")
+        ns("ip", "link", "set", "vd0", "master", "br0")
+        ns("ip", "link", "set", "vd0", "up")
+        ns("ip", "link", "set", "vd1", "up")
+        ns("ip", "link", "set", "br0", "up")
+        ns("ip", "addr", "add", f"{V4_SERVER}/24", "dev", "br0")
+        ns("ip", "addr", "add", f"{V6_SERVER}/64", "dev", "br0", "nodad")
+        deadline = time.monotonic() + 10
+        while "fe80" not in ns("ip", "-6", "addr", "show", "dev", "br0").stdout:
+            if time.monotonic() > deadline:
+                raise HarnessError("br0 got no IPv6 link-local address")
+            time.sleep(0.05)
+
+    def _radvd(self):
+        conf = os.path.join(self.workdir, "radvd.conf")
+        with open(conf, "w") as f:
+            f.write(RADVD_CONF.format(prefix=V6_PREFIX, dns=V6_SERVER))
+        self._spawn("radvd", ["radvd", "--nodaemon", "-C", conf, "-p",
+                              os.path.join(self.workdir, "radvd.pid"), "-m", "stderr"])
+
+    def _dnsmasq(self):
+        root = os.path.join(self.workdir, "dnsmasq")
+        self.dnsmasq_dirs = {d: os.path.join(root, d) for d in ("hosts", "opts", "tftp")}
+        for d in self.dnsmasq_dirs.values():
+            os.makedirs(d, exist_ok=True)
+        shutil.copyfile(os.path.join(self.ipxe_dir, "snponly.efi"),
+                        os.path.join(self.dnsmasq_dirs["tftp"], "snponly.efi"))
+        conf = os.path.join(root, "dnsmasq.conf")
+        with open(conf, "w") as f:
+            f.write(DNSMASQ_CONF.format(root=root, net=V4_NET))
+        self.dnsmasq_pid_file = os.path.join(root, "dnsmasq.pid")
+        self.dnsmasq = self._spawn("dnsmasq", ["dnsmasq", "--keep-in-foreground",
+                                               "--log-facility=-", f"--conf-file={conf}"])
+
+    def _kea(self):
+        root = os.path.join(self.workdir, "kea")
+        os.makedirs(os.path.join(root, "run"), exist_ok=True)
+        self.kea_include = os.path.join(root, "metalboot-reservations6.json")
+        open(self.kea_include, "w").close()
+        self.kea_socket = os.path.join(root, "run", "kea6.sock")
+        conf = os.path.join(root, "kea-dhcp6.conf")
+        with open(conf, "w") as f:
+            f.write(KEA_CONF % {"root": root, "include": self.kea_include,
+                                "socket": self.kea_socket, "prefix": V6_PREFIX})
+        env = dict(os.environ, KEA_PIDFILE_DIR=os.path.join(root, "run"),
+                   KEA_LOCKFILE_DIR=os.path.join(root, "run"))
+        self.kea = self._spawn("kea", ["kea-dhcp6", "-c", conf], env=env)
+
+    def _metalboot_server(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        conf = os.path.join(self.workdir, "metalboot.conf")
+        ipxe_efi = os.path.join(self.ipxe_dir, "ipxe.efi")
+        with open(conf, "w") as f:
+            f.write(METALBOOT_CONF.format(
+                state=self.state_dir, interfaces=",".join(BOOT_INTERFACES), server=V6_SERVER,
+                port=SERVER_PORT, public_url=PUBLIC_URL, token=ADMIN_TOKEN,
+                templates=TEMPLATE_DIR, ipxe_efi=ipxe_efi, dns6=V6_SERVER, dns4=V4_SERVER,
+                hosts=self.dnsmasq_dirs["hosts"], opts=self.dnsmasq_dirs["opts"],
+                dnsmasq_pid=self.dnsmasq_pid_file, kea_include=self.kea_include,
+                kea_socket=self.kea_socket))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.server = self._spawn("metalboot-server", [
+            sys.executable, "-m", "metalboot_framework.cmd.server", "--config-file", conf],
+            env=env, cwd=self.workdir)
+
+    def _bmcs(self):
+        for machine in self.machines:
+            conf = os.path.join(machine.workdir, "bmc.conf")
+            state = os.path.join(machine.workdir, "bmc-state")
+            os.makedirs(state, exist_ok=True)
+            system = {"uuid": machine.id, "name": machine.name, "power_state": "Off",
+                      "boot_mode": "UEFI", "external_notifier": False,
+                      "nics": [{"mac": machine.mac, "ip": machine.ipv4_address}]}
+            htpasswd = os.path.join(machine.workdir, "htpasswd")
+            import bcrypt
+            with open(htpasswd, "w") as f:
+                f.write(f"{BMC_USER}:"
+                        f"{bcrypt.hashpw(BMC_PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
+            with open(conf, "w") as f:
+                f.write(f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
+                        f"SUSHY_EMULATOR_LISTEN_PORT = {machine.bmc_port}\n"
+                        f"SUSHY_EMULATOR_FAKE_DRIVER = True\n"
+                        f"SUSHY_EMULATOR_STATE_DIR = {state!r}\n"
+                        f"SUSHY_EMULATOR_AUTH_FILE = {htpasswd!r}\n"
+                        f"SUSHY_EMULATOR_FAKE_SYSTEMS = {[system]!r}\n"
+                        f"E2E_MACHINES = {{{machine.id!r}: {machine.spec()!r}}}\n")
+            self._spawn(f"bmc-{machine.name}", [sys.executable, os.path.join(HERE, "qemu_bmc.py"),
+                                                "--config", conf], cwd=machine.workdir)
+
+    def _forwarder(self):
+        targets = [f"[{V6_SERVER}]:{SERVER_PORT}"] + [f"127.0.0.1:{m.bmc_port}"
+                                                     for m in self.machines]
+        proc = Proc("forwarder", [sys.executable, os.path.join(HERE, "netns_forward.py"),
+                                  self.netns, *targets],
+                    os.path.join(self.workdir, "forwarder.log"))
+        self.procs.append(proc)
+        deadline = time.monotonic() + 10
+        ports = None
+        while time.monotonic() < deadline and proc.alive():
+            text = proc.log()
+            if text.strip():
+                ports = [int(p) for p in text.split()]
+                break
+            time.sleep(0.02)
+        if not ports:
+            raise HarnessError(f"netns_forward.py did not start:\n{proc.log()}")
+        self.server_url = f"http://127.0.0.1:{ports[0]}"
+        for machine, port in zip(self.machines, ports[1:]):
+            machine.bmc_local_url = f"http://127.0.0.1:{port}"
+
+    def _wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        waiting = {"metalboot-server": self.server_url + "/v1"}
+        waiting.update({f"bmc-{m.name}": m.bmc_local_url + "/redfish/v1/" for m in self.machines})
+        while waiting:
+            for proc in self.procs:
+                if not proc.alive():
+                    raise HarnessError(f"{proc.name} exited ({proc.popen.returncode}):\n"
+                                       f"{proc.log()}")
+            for name, url in list(waiting.items()):
+                try:
+                    if requests.get(url, timeout=2).status_code in (200, 401):
+                        del waiting[name]
+                except requests.RequestException:
+                    pass
+            if waiting and time.monotonic() > deadline:
+                raise HarnessError(f"not ready after {timeout} s: {', '.join(waiting)}")
+            time.sleep(0.1)
+        try:
+            self._kea_command("status-get")
+        except OSError as exc:
+            raise HarnessError(f"kea-dhcp6 not answering on {self.kea_socket}: {exc}\n"
+                               f"{self.kea.log()}")
+
+    def _kea_command(self, command):
+        import socket
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(self.kea_socket)
+            sock.sendall(json.dumps({"command": command}).encode())
+            return sock.recv(65536)
+
+    # -- metalboot over REST ------------------------------------------------------------
+    def api(self, method, path, expect=None, **kw):
+        r = requests.request(method, self.server_url + path, timeout=60,
+                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, **kw)
+        if expect is not None and r.status_code != expect:
+            raise HarnessError(f"{method} {path}: HTTP {r.status_code} (expected {expect}): "
+                               f"{r.text}")
+        return r.json() if r.content else None
+
+    def register(self, boot_interface, machines=None):
+        """The partition (once) and the machines, on ``boot_interface``."""
+        machines = machines or self.machines
+        if not self._partition_made:
+            self.api("POST", "/v1/partitions", expect=201, json={
+                "id": PARTITION, "boot": {"cmdline": "console=ttyS0"}})
+            self._partition_made = True
+        body = [{"id": m.id, "partition": PARTITION, "boot_interface": boot_interface,
+                 "boot_mode": "uefi",
+                 "nics": [{"mac": m.mac, "ipv4_address": m.ipv4_address}],
+                 "bmc": {"address": m.bmc_address, "username": BMC_USER,
+                         "password": BMC_PASSWORD, "verify_tls": False},
+                 "properties": {"redfish_system_id": m.id}} for m in machines]
+        return self.api("POST", "/v1/machines", expect=201, json=body)
+
+    def migrate(self, target, machines=None, boot_timeout=180, **options):
+        machines = machines or self.machines
+        body = {"selector": {"machines": [m.id for m in machines]}, "boot_interface": target,
+                "max_parallel": len(machines), "boot_timeout": boot_timeout, **options}
+        return self.api("POST", "/v1/migrations", expect=202, json=body)
+
+    def wait_migration(self, migration_id, timeout=600):
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.api("GET", f"/v1/migrations/{migration_id}")
+            if m["state"] in ("done", "halted", "cancelled") and m["finished_at"]:
+                return m
+            if time.monotonic() > deadline:
+                raise HarnessError(f"migration {migration_id} still {m['state']} after "
+                                   f"{timeout} s: {m['counts']}")
+            time.sleep(0.5)
+
+    def migration_machines(self, migration_id):
+        page = self.api("GET", f"/v1/migrations/{migration_id}/machines",
+                        params={"limit": 1000})
+        return {row["machine_id"]: row for row in page["machines"]}
+
+    def machine(self, machine):
+        return self.api("GET", f"/v1/machines/{machine.id}")
+
+    def events(self, machine):
+        return self.api("GET", f"/v1/machines/{machine.id}/events",
+                        params={"limit": 1000})["events"]
+
+    # -- observations ------------------------------------------------------------------
+    def evidence(self, machine=None, since=None):
+        """Boot evidence rows the server recorded (read-only look at its database)."""
+        db = os.path.join(self.state_dir, "metalboot.sqlite")
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = con.execute("SELECT id, machine_id, interface, kind, path, client_address, "
+                               "created_at FROM boot_evidence ORDER BY id").fetchall()
+        finally:
+            con.close()
+        out = []
+        for row in rows:
+            item = dict(zip(("id", "machine_id", "interface", "kind", "path", "client_address",
+                             "created_at"), row))
+            item["time"] = utc_epoch(item["created_at"])
+            if machine is not None and item["machine_id"] != machine.id:
+                continue
+            if since is not None and item["time"] < since:
+                continue
+            out.append(item)
+        return out
+
+    def evidence_time(self, evidence_id):
+        for item in self.evidence():
+            if item["id"] == evidence_id:
+                return item["time"]
+        raise HarnessError(f"no boot evidence {evidence_id}")
+
+    def wait_evidence(self, machine, interface, since, timeout=180):
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [e for e in self.evidence(machine, since) if e["interface"] == interface]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{machine.name}: no fetch through {interface} within "
+                                   f"{timeout} s\n--- serial console (tail) ---\n"
+                                   + "\n".join(machine.serial().splitlines()[-40:]))
+            time.sleep(0.2)
+
+    def boot_once_from_bmc(self, machine, target):
+        """What an operator (or metal-bmc's boot-from-pxe) does: override once, power on."""
+        machine.redfish("PATCH", machine.system_path(), json={"Boot": {
+            "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideMode": "UEFI"}})
+        started = time.time()
+        machine.redfish("POST", machine.system_path() + "/Actions/ComputerSystem.Reset",
+                        json={"ResetType": "On"})
+        return started
+
+
+RADVD_CONF = """\
+interface br0 {{
+  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 4;
+  AdvManagedFlag off; AdvOtherConfigFlag off;
+  prefix {prefix}/64 {{ AdvOnLink on; AdvAutonomous on; }};
+  RDNSS {dns} {{ }};
+}};
+"""
+
+# The operator's dnsmasq.conf for metalboot (doc/boot-interfaces/dhcp.rst), plus
+# what a test needs (own lease/pid files, no DNS, log to stderr, no ping delay).
+DNSMASQ_CONF = """\
+interface=br0
+bind-interfaces
+user=root
+port=0
+dhcp-range={net}.100,{net}.200,255.255.255.0,1h
+dhcp-authoritative
+no-ping
+dhcp-leasefile={root}/leases
+pid-file={root}/dnsmasq.pid
+log-dhcp
+enable-tftp
+tftp-root={root}/tftp
+dhcp-hostsdir={root}/hosts
+dhcp-optsdir={root}/opts
+dhcp-userclass=set:ipxe,iPXE
+dhcp-match=set:ipxe,175
+dhcp-match=set:bios,option:client-arch,0
+dhcp-match=set:efi64,option:client-arch,7
+dhcp-match=set:efi64,option:client-arch,9
+dhcp-match=set:efiarm64,option:client-arch,11
+dhcp-vendorclass=set:efihttp,HTTPClient
+dhcp-option-force=tag:efihttp,tag:metalboot-dhcp-httpboot,60,HTTPClient
+"""
+
+# The operator's kea-dhcp6.conf for metalboot (doc/boot-interfaces/dhcp.rst).
+KEA_CONF = """\
+{"Dhcp6": {
+  "interfaces-config": {"interfaces": ["br0"]},
+  "control-socket": {"socket-type": "unix", "socket-name": "%(socket)s"},
+  "data-directory": "%(root)s",
+  "lease-database": {"type": "memfile", "persist": false},
+  "loggers": [{"name": "kea-dhcp6", "severity": "INFO",
+               "output_options": [{"output": "%(root)s/kea.log"}]}],
+  "subnet6": [{"id": 1, "subnet": "%(prefix)s/64", "interface": "br0",
+    "pools": [{"pool": "%(prefix)s1000-%(prefix)s1fff"}],
+    "reservations": [
+<?include "%(include)s"?>
+    ]}]
+}}
+"""
+
+METALBOOT_CONF = """\
+[DEFAULT]
+state_path = {state}
+enabled_boot_interfaces = {interfaces}
+default_boot_interface = pxe
+
+[api]
+host_ip = {server}
+port = {port}
+public_url = {public_url}
+admin_tokens = {token}
+
+[artifacts]
+template_dir = {templates}
+
+[conductor]
+poll_interval = 0.2
+drift_check_interval = 0
+
+[bmc]
+connect_timeout = 5
+read_timeout = 60
+retry_attempts = 3
+retry_interval = 0.5
+retry_max_interval = 2
+power_poll_interval = 0.2
+power_timeout = 30
+
+[redfish]
+ipxe_efi_path = {ipxe_efi}
+
+[dhcp]
+ipv6_dns_servers = {dns6}
+ipv4_dns_servers = {dns4}
+
+[dnsmasq]
+hostsdir = {hosts}
+optsdir = {opts}
+pid_file = {dnsmasq_pid}
+
+[kea]
+include_file = {kea_include}
+control_socket = {kea_socket}
+
+[pxe]
+dhcp_backend = dnsmasq
+efi_x64_boot_file = snponly.efi
+
+[dhcp_httpboot]
+ipv6_backend = kea
+ipv4_backend = dnsmasq
+ipxe_efi_path = {ipxe_efi}
+"""

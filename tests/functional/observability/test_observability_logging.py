@@ -1,0 +1,124 @@
+"""The log of a real server with log_format = json: every line JSON, request ids
+on API lines, migration and machine ids on step lines, no secret anywhere."""
+
+import json
+import logging
+
+import pytest
+
+from metalboot_framework import logs
+from metalboot_framework.tokens import TokenSigner
+from tests.conftest import ADMIN, READER
+
+
+def log_lines(server):
+    lines = [line for line in server.log().splitlines() if line.strip()]
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pytest.fail(f"log line is not JSON: {line!r}")
+    return lines, records
+
+
+@pytest.mark.functional
+def test_json_log_lines_request_ids_and_no_secrets(observed):
+    server = observed.server
+    machine_id = observed.ids[0]
+    signer = TokenSigner.from_state_dir(str(server.state))
+    assert signer.machine_token(machine_id, 1) == observed.machine_token
+    wrong = "f" * 32  # the probe's wrong machine token (conftest.WRONG_TOKEN)
+
+    lines, records = log_lines(server)
+    assert len(records) > 50
+    for rec in records:
+        assert {"time", "level", "logger", "message"} <= set(rec), rec
+
+    # API lines carry the request id; lines of the conductor do not
+    access = [r for r in records if r["logger"] == "metalboot_framework.api.access"]
+    assert access and all(r.get("request_id") for r in access)
+    probe = [r for r in access if r["request_id"] == "obs-req-0001"]
+    assert len(probe) == 1
+    assert probe[0]["path"] == f"/v1/machines/{machine_id}" and probe[0]["status"] == 200
+    evidence = [r for r in records if r["logger"] == "metalboot_framework.api.boot"]
+    assert evidence and all(r.get("request_id") for r in evidence)
+    assert {r["request_id"] for r in evidence} <= {r["request_id"] for r in access}
+
+    # one INFO line per migration step, with migration and machine ids as fields
+    steps = [r for r in records if r["logger"] == "metalboot_framework.conductor.steps"
+             and r.get("step")]
+    assert len(steps) >= 6 * 6
+    assert all(r["level"] == "INFO" and r["migration_id"] and r["machine_id"] for r in steps)
+    mine = [r["step"] for r in steps if r["machine_id"] == machine_id
+            and r["migration_id"] == observed.finished["id"]]
+    assert mine == ["validating", "preparing", "activating", "awaiting_boot", "verifying",
+                    "done"]
+    assert not any(r.get("request_id") for r in steps)
+
+    # no secrets: BMC passwords, API tokens, machine tokens (in artifact URLs too)
+    text = "\n".join(lines)
+    tokens = {signer.machine_token(mid, 1) for mid in observed.ids}
+    for secret in [ADMIN, READER, wrong, *tokens,
+                   *(f"bmc-secret-{i}" for i in range(len(observed.ids)))]:
+        assert secret not in text, f"secret {secret[:6]}... in the log"
+    fetches = [r["path"] for r in access if r["path"].startswith("/boot/")
+               and r["path"].endswith("/boot.ipxe")]
+    assert f"/boot/{machine_id}/fake-alt/***/boot.ipxe" in fetches
+    dashboard = [r["path"] for r in access if r["path"].startswith("/dashboard?")]
+    assert dashboard and set(dashboard) == {"/dashboard?token=***"}
+
+
+def test_redaction_patterns():
+    token = "0123456789abcdef0123456789abcdef"
+    assert logs.redact(f"GET /boot/m-1/redfish-http-url/{token}/boot.ipxe 200") == \
+        "GET /boot/m-1/redfish-http-url/***/boot.ipxe 200"
+    assert logs.redact(f"HttpBootUri=http://[fd00::1]:6480/boot/m/i/{token}/boot.ipxe") == \
+        "HttpBootUri=http://[fd00::1]:6480/boot/m/i/***/boot.ipxe"
+    # routes without a token keep their segments
+    assert logs.redact("/boot/mac/52:54:00:00:00:01/fake/boot.ipxe") == \
+        "/boot/mac/52:54:00:00:00:01/fake/boot.ipxe"
+    assert logs.redact("/boot/partitions/p1/redfish-virtual-media-ipxe/ipxe.iso") == \
+        "/boot/partitions/p1/redfish-virtual-media-ipxe/ipxe.iso"
+    assert logs.redact(f"kernel ... METAL_BOOT_TOKEN={token} console=ttyS0") == \
+        "kernel ... METAL_BOOT_TOKEN=*** console=ttyS0"
+    assert logs.redact("Authorization: Bearer abc.def-ghi") == "Authorization: Bearer ***"
+    assert logs.redact("/dashboard?x=1&token=s3cret&y=2") == "/dashboard?x=1&token=***&y=2"
+
+
+def test_filter_adds_request_id_and_masks():
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(self.format(record))
+
+    handler = logs.install(Keep(), "json")
+    logger = logging.getLogger("metalboot_framework.test_observability")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logs.register_secret("api-token-for-the-filter-test")
+    try:
+        logger.warning("outside a request")
+        logs.set_request_id("rid-42")
+        logger.warning("token %s and url /boot/m/i/%s/x", "api-token-for-the-filter-test",
+                       "t0k3n", extra={"machine_id": "m"})
+        try:
+            raise ValueError("secret api-token-for-the-filter-test in a traceback")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logs.clear_request_id()
+        logger.removeHandler(handler)
+        logger.propagate = True
+    first, second, third = (json.loads(r) for r in records)
+    assert "request_id" not in first
+    assert second["request_id"] == "rid-42" and second["machine_id"] == "m"
+    assert second["message"] == "token *** and url /boot/m/i/***/x"
+    assert "api-token-for-the-filter-test" not in third["exception"]
+    assert "ValueError" in third["exception"]
+
+    text = logs.install(Keep(), "text")
+    text.addFilter(logs.ContextFilter())
+    assert isinstance(text.formatter, logging.Formatter)
+    assert "[%(request_id)s]" in text.formatter._fmt
