@@ -149,7 +149,7 @@ class BootInterface(abc.ABC):
         under this interface's URLs, or a boot report naming this interface.
         """
         for record in records:
-            if record.interface != self.name or record.machine_id != task.machine.id:
+            if record.interface != self.name or record.machine_id != task.machine_id:
                 continue
             if record.kind == "fetch" and record.path in self.evidence_artifacts:
                 return record

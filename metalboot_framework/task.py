@@ -52,13 +52,36 @@ class PartitionInfo:
 class BootTask:
     """One machine, one boot interface, and the services a plugin may use."""
 
-    def __init__(self, services, machine: MachineInfo, partition: PartitionInfo,
-                 interface: str, migration_id: Optional[str] = None):
+    def __init__(self, services, machine: Optional[MachineInfo], partition: Optional[
+            PartitionInfo], interface: str, migration_id: Optional[str] = None,
+            machine_id: Optional[str] = None):
         self.services = services
-        self.machine = machine
-        self.partition = partition
+        self._machine = machine
+        self._partition = partition
+        self.machine_id = machine.id if machine is not None else machine_id
         self.interface = interface
         self.migration_id = migration_id
+
+    @classmethod
+    def lazy(cls, services, machine_id, interface, migration_id=None):
+        """A task that reads the machine only when a plugin looks at it."""
+        return cls(services, None, None, interface, migration_id, machine_id=machine_id)
+
+    def _load(self):
+        with self.services.db.read_conn() as conn:
+            self._machine, self._partition = self.services.snapshot(conn, self.machine_id)
+
+    @property
+    def machine(self) -> MachineInfo:
+        if self._machine is None:
+            self._load()
+        return self._machine
+
+    @property
+    def partition(self) -> PartitionInfo:
+        if self._partition is None:
+            self._load()
+        return self._partition
 
     @property
     def conf(self):

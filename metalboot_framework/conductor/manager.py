@@ -23,6 +23,7 @@ from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
 from metalboot_framework.store import models
+from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ _QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
     .order_by(_MMT.c.position).limit(bindparam("n"))
 _CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
+_LOCK_MIGRATION = select(models.Migration.id).where(
+    models.Migration.id == bindparam("mig")).with_for_update()
 _EV = models.BootEvidence.__table__
 _NEWEST_EVIDENCE = select(func.max(_EV.c.id))
 _WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
@@ -222,21 +225,38 @@ class Conductor:
             self._wake.set()
 
     def _start_queued(self, migration, tally):
-        options = migration.options
-        in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
-        capacity = options["max_parallel"] - in_flight
-        if capacity <= 0 or not any(n for (state, _), n in tally.items() if state == "queued"):
+        """queued -> validating for as many machines as max_parallel allows.
+
+        Counting and starting happen in one transaction that holds the
+        migration's row lock, so conductors sharing a database never start more
+        than max_parallel machines between them.
+        """
+        if not any(n for (state, _), n in tally.items() if state == "queued"):
             return
-        canaries_open = sum(n for (state, canary), n in tally.items()
-                            if canary and state not in mig.SUCCEEDED)
-        with self.services.db.read_conn() as conn:
-            starting = conn.execute(_CANARIES_QUEUED if canaries_open else _QUEUED,
-                                    {"mig": migration.id, "n": capacity}).all()
-        for machine_id, canary in starting:
-            if self.runner.transition(migration.id, machine_id, "queued", "validating",
-                                      "started" + (" (canary)" if canary else ""),
-                                      options=options):
-                self._submit(migration.id, machine_id)
+        options = migration.options
+        started = []
+        with self.services.write(core=True) as unit:
+            conn = unit.session
+            conn.execute(_LOCK_MIGRATION, {"mig": migration.id})
+            tally = {(state, bool(canary)): n for state, canary, n in conn.execute(
+                _TALLY, {"mig": migration.id})}
+            in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
+            capacity = options["max_parallel"] - in_flight
+            if capacity <= 0:
+                return
+            canaries_open = sum(n for (state, canary), n in tally.items()
+                                if canary and state not in mig.SUCCEEDED)
+            for machine_id, canary in conn.execute(
+                    _CANARIES_QUEUED if canaries_open else _QUEUED,
+                    {"mig": migration.id, "n": capacity}).all():
+                done = self.runner.apply(unit, migration.id, machine_id, "queued", "validating",
+                                         "started" + (" (canary)" if canary else ""),
+                                         options=options)
+                if done is not None:
+                    started.append(done)
+        for done in started:
+            self.runner.announce(done)
+            self._submit(migration.id, done[1])
 
     def _check_evidence(self, full=False):
         """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline.
@@ -277,7 +297,8 @@ class Conductor:
                           if w.activated_at is None or e.created_at >= w.activated_at]
             if candidates:
                 iface = self.services.interfaces.get(w.target_boot_interface)
-                task = self.services.task(w.machine_id, w.target_boot_interface, w.migration_id)
+                task = BootTask.lazy(self.services, w.machine_id, w.target_boot_interface,
+                                     w.migration_id)
                 found = iface.recognise_evidence(task, candidates)
             if found is not None:
                 if self.runner.transition(

@@ -235,6 +235,17 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
+        with self.services.write(core=True) as unit:
+            done = self.apply(unit, migration_id, machine_id, old, new, reason, error=error,
+                              evidence_id=evidence_id, release=release, options=options)
+        if done is not None:
+            self.announce(done)
+        return done is not None
+
+    def apply(self, unit, migration_id, machine_id, old, new, reason, error=None,
+              evidence_id=None, release=False, options=None):
+        """The writes of a transition inside ``unit``'s transaction; returns what
+        :meth:`announce` needs after the commit, or None if nothing changed."""
         now = models.utcnow()
         values = {"state": new, "updated_at": now}
         if error is not None:
@@ -257,28 +268,31 @@ class StepRunner:
                   "now": now}
         params.update({f"v_{k}": v for k, v in values.items()})
         machine_change = None
-        with self.services.write(core=True) as unit:
-            conn = unit.session
-            changed = conn.execute(_transition_stmt(tuple(sorted(values))), params).rowcount
-            if release:
-                conn.execute(RELEASE, params)
-            if not changed:
-                return False
-            unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
-                       migration_id=migration_id, data={"old": old, "new": new,
-                                                        "reason": reason})
-            if new == "done":
-                source, target = conn.execute(_MM_NAMES, params).first()
-                conn.execute(_SWITCH, dict(params, target=target))
-                unit.event("machine.boot_interface_changed",
-                           f"boot interface {source} -> {target} (migration {migration_id})",
-                           machine_id=machine_id, migration_id=migration_id,
-                           data={"old": source, "new": target, "reason": "migration"})
-                machine_change = (source, target)
-            elif new in ("rolled_back", "skipped", "cancelled"):
-                conn.execute(_BACK_TO_READY, params)
-            elif new == "rollback_failed":
-                conn.execute(_TO_ERROR, params)
+        conn = unit.session
+        changed = conn.execute(_transition_stmt(tuple(sorted(values))), params).rowcount
+        if release:
+            conn.execute(RELEASE, params)
+        if not changed:
+            return None
+        unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
+                   migration_id=migration_id, data={"old": old, "new": new, "reason": reason})
+        if new == "done":
+            source, target = conn.execute(_MM_NAMES, params).first()
+            conn.execute(_SWITCH, dict(params, target=target))
+            unit.event("machine.boot_interface_changed",
+                       f"boot interface {source} -> {target} (migration {migration_id})",
+                       machine_id=machine_id, migration_id=migration_id,
+                       data={"old": source, "new": target, "reason": "migration"})
+            machine_change = (source, target)
+        elif new in ("rolled_back", "skipped", "cancelled"):
+            conn.execute(_BACK_TO_READY, params)
+        elif new == "rollback_failed":
+            conn.execute(_TO_ERROR, params)
+        return (migration_id, machine_id, old, new, reason, machine_change)
+
+    def announce(self, done):
+        """Log a committed transition and tell the hooks."""
+        migration_id, machine_id, old, new, reason, machine_change = done
         LOG.info("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
                  reason, extra={"migration_id": migration_id, "machine_id": machine_id,
                                 "old_step": old, "step": new})
@@ -290,7 +304,6 @@ class StepRunner:
                 "metalboot_boot_interface_changed",
                 machine=inventory.get_machine(self.services, machine_id), old=machine_change[0],
                 new=machine_change[1], reason=f"migration {migration_id}")
-        return True
 
     def _boot_timeout(self, migration_id, options=None):
         if options is None:

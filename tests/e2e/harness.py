@@ -59,7 +59,7 @@ ADMIN_TOKEN = "e2e-admin-token"
 BMC_USER, BMC_PASSWORD = "admin", "e2e-bmc-password"
 PARTITION = "e2e"
 
-BOOT_INTERFACES = ["pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
+BOOT_INTERFACES = ["fake", "pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
                    "e2e-http-url-404"]
 
 REQUIRED_TOOLS = {
@@ -559,16 +559,6 @@ class Harness:
                                    + "\n".join(machine.serial().splitlines()[-40:]))
             time.sleep(0.2)
 
-    def boot_once_from_bmc(self, machine, target):
-        """What an operator (or metal-bmc's boot-from-pxe) does: override once, power on."""
-        machine.redfish("PATCH", machine.system_path(), json={"Boot": {
-            "BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": "Once",
-            "BootSourceOverrideMode": "UEFI"}})
-        started = time.time()
-        machine.redfish("POST", machine.system_path() + "/Actions/ComputerSystem.Reset",
-                        json={"ResetType": "On"})
-        return started
-
 
 RADVD_CONF = """\
 interface br0 {{
@@ -627,7 +617,7 @@ METALBOOT_CONF = """\
 [DEFAULT]
 state_path = {state}
 enabled_boot_interfaces = {interfaces}
-default_boot_interface = pxe
+default_boot_interface = fake
 
 [api]
 host_ip = {server}

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from tests.e2e import scenarios  # noqa: E402
 from tests.e2e.harness import ADMIN_TOKEN, Harness, HarnessError  # noqa: E402
 
-PATHS = ["pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
+PATHS = ["fake", "pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
          scenarios.BROKEN]
 
 
@@ -33,9 +33,9 @@ def main(argv=None):
     parser.add_argument("scenario", choices=["smoke", "chain", "path"])
     parser.add_argument("target", nargs="?", choices=PATHS,
                         help="boot interface to migrate to (scenario 'path')")
-    parser.add_argument("--source", default="pxe", choices=PATHS,
+    parser.add_argument("--source", default=scenarios.REGISTERED_ON, choices=PATHS,
                         help="interface the machines are registered on, unbooted "
-                             "(scenario 'path'; default pxe)")
+                             f"(scenario 'path'; default {scenarios.REGISTERED_ON})")
     parser.add_argument("--machines", type=int, help="default: 1 (smoke, path), 2 (chain)")
     parser.add_argument("--workdir", help="keep all logs here")
     parser.add_argument("--hold", action="store_true",
