@@ -116,8 +116,10 @@ def cpu_run(count, max_parallel):
     base = MetalbootServer(extra_conf=conf_for("/dev/null", 64))
     try:
         ids = register(base, count)
+        from metalboot_framework.store.db import Database
         from metalboot_framework.tokens import TokenSigner
-        signer = TokenSigner.from_state_dir(os.path.join(base.dir, "state"))
+        signer = TokenSigner.from_database(Database(
+            f"sqlite:///{os.path.join(base.dir, 'state', 'metalboot.sqlite')}"))
         urls = [f"{base.url}/boot/{mid}/fake-alt/{signer.machine_token(mid, 1)}/boot.ipxe"
                 for mid in ids]
         session = requests.Session()

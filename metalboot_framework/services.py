@@ -79,7 +79,7 @@ class Services:
         db = db_mod.Database(conf.database.connection, pool_size=conf.database.pool_size)
         if conf.database.auto_upgrade if upgrade is None else upgrade:
             db.upgrade()
-        tokens = TokenSigner.from_state_dir(conf.state_path)
+        tokens = TokenSigner.from_database(db)
         return cls(conf, db, interfaces, hooks, tokens)
 
     # -- tokens for the API -------------------------------------------------

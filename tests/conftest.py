@@ -22,12 +22,36 @@ def free_port():
         return s.getsockname()[1]
 
 
+# METALBOOT_TEST_DB=postgresql runs every test that uses a database on a real
+# PostgreSQL server (started once per run) instead of SQLite files.
+USE_POSTGRES = os.environ.get("METALBOOT_TEST_DB") == "postgresql"
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for this test run."""
+    from tests.pgserver import PostgresServer
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def conf(tmp_path):
+def database_url(request):
+    """A fresh database: PostgreSQL under METALBOOT_TEST_DB=postgresql, else None (SQLite)."""
+    if not USE_POSTGRES:
+        return None
+    return request.getfixturevalue("postgres").create_database()
+
+
+@pytest.fixture
+def conf(tmp_path, database_url):
     """The global CONF, parsed with no files and pointed at a temporary state dir."""
     CONF.clear()
     CONF([], project="metalboot", default_config_files=[], default_config_dirs=[])
     CONF.set_override("state_path", str(tmp_path / "state"))
+    if database_url:
+        CONF.set_override("connection", database_url, group="database")
     CONF.set_override("admin_tokens", [ADMIN], group="api")
     CONF.set_override("reader_tokens", [READER], group="api")
     yield CONF
@@ -108,10 +132,23 @@ def partition(api):
     return r.json
 
 
+def signer_of(server):
+    """The token signer of a running ServerProcess (reads its database's secret)."""
+    from metalboot_framework.store.db import Database
+    from metalboot_framework.tokens import TokenSigner
+    url = server.database_url or f"sqlite:///{server.state}/metalboot.sqlite"
+    db = Database(url)
+    try:
+        return TokenSigner.from_database(db)
+    finally:
+        db.dispose()
+
+
 class ServerProcess:
     """A metalboot-server subprocess with its own config, state dir and log."""
 
-    def __init__(self, tmp_path, extra_conf="", env=None, port=None, admin_token=ADMIN):
+    def __init__(self, tmp_path, extra_conf="", env=None, port=None, admin_token=ADMIN,
+                 database_url=None, command="metalboot_framework.cmd.server"):
         self.tmp_path = tmp_path
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -119,10 +156,13 @@ class ServerProcess:
         self.log_path = tmp_path / "server.log"
         self.conf_path = tmp_path / "metalboot.conf"
         tokens = f"admin_tokens = {admin_token}\nreader_tokens = {READER}\n" if admin_token else ""
+        database = f"[database]\nconnection = {database_url}\n" if database_url else ""
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
-            f"[conductor]\npoll_interval = 0.1\n")
+            f"[conductor]\npoll_interval = 0.1\n{database}")
+        self.command = command
+        self.database_url = database_url
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.token = admin_token
@@ -130,8 +170,7 @@ class ServerProcess:
     def start(self, wait=True):
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "metalboot_framework.cmd.server",
-             "--config-file", str(self.conf_path)],
+            [sys.executable, "-m", self.command, "--config-file", str(self.conf_path)],
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         if wait:
             self.wait_ready()
@@ -176,12 +215,18 @@ class ServerProcess:
 
 
 @pytest.fixture
-def server_factory(tmp_path):
+def server_factory(tmp_path, request):
     servers = []
+    shared = {}
 
     def make(**kw):
         path = tmp_path / f"server{len(servers)}"
         path.mkdir()
+        if USE_POSTGRES and "database_url" not in kw:
+            # one database per test: servers of a test share it, like a restart
+            if "url" not in shared:
+                shared["url"] = request.getfixturevalue("postgres").create_database()
+            kw["database_url"] = shared["url"]
         server = ServerProcess(path, **kw)
         servers.append(server)
         return server

@@ -9,6 +9,7 @@ from flask import Flask, g, request
 from metalboot_framework import logs
 from metalboot_framework.api import (boot, boot_interfaces, dashboard, errors, events, machines,
                                      metrics, migrations, partitions, root)
+from metalboot_framework.exceptions import NotFound
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +36,9 @@ def create_app(services, extra_blueprints=()):
         given = request.headers.get("X-Request-Id", "")
         g.request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
         logs.set_request_id(g.request_id)  # on every log line of this request
+        if "\x00" in request.path:
+            # no resource has a NUL in its name (and PostgreSQL cannot look one up)
+            raise NotFound("not found: the path contains a NUL character")
 
     @app.after_request
     def _headers(response):

@@ -1,12 +1,11 @@
 """GET /v1/events: every machine and migration event, with a stable cursor."""
 
 from flask import Blueprint, jsonify
-from sqlalchemy import select
 
+from metalboot_framework import feed as feed_mod
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
 from metalboot_framework.services import event_dict
-from metalboot_framework.store import models
 
 bp = Blueprint("events", __name__)
 
@@ -20,14 +19,8 @@ def feed(query):
     A poller that always passes the last next_cursor sees every event exactly once.
     """
     services = current_services()
-    limit = query.get("limit", services.conf.api.default_page_size)
-    with services.db.read() as s:
-        q = select(models.Event).where(models.Event.id > query["since"]) \
-            .order_by(models.Event.id).limit(limit)
-        if query.get("machine_id"):
-            q = q.where(models.Event.machine_id == query["machine_id"])
-        if query.get("migration_id"):
-            q = q.where(models.Event.migration_id == query["migration_id"])
-        rows = list(s.scalars(q))
-    events = [event_dict(ev) for ev in rows]
-    return jsonify({"events": events, "next_cursor": rows[-1].id if rows else query["since"]})
+    rows, cursor = feed_mod.read(
+        services, since=query["since"],
+        limit=query.get("limit", services.conf.api.default_page_size),
+        machine_id=query.get("machine_id"), migration_id=query.get("migration_id"))
+    return jsonify({"events": [event_dict(ev) for ev in rows], "next_cursor": cursor})

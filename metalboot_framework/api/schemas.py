@@ -21,6 +21,7 @@ BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance")
 MACHINE_STATES = ("ready", "migrating", "maintenance", "error")
 MAX_PAGE_SIZE = 1000
+MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
 
 class StrictSchema(Schema):
@@ -324,7 +325,7 @@ class EventListSchema(Schema):
 
 
 class EventQuerySchema(StrictSchema):
-    since = fields.Integer(validate=validate.Range(min=0), load_default=0)
+    since = fields.Integer(validate=validate.Range(min=0, max=MAX_CURSOR), load_default=0)
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
 
 
@@ -394,8 +395,8 @@ class MaxFailures(fields.Field):
         if isinstance(value, bool):
             raise ValidationError("Give a count (e.g. 3) or a percentage (e.g. \"10%\").")
         if isinstance(value, int):
-            if value < 0:
-                raise ValidationError("Must be at least 0.")
+            if not 0 <= value <= 10 ** 9:
+                raise ValidationError("Must be between 0 and 1000000000.")
             return {"count": value}
         if isinstance(value, str) and re.fullmatch(r"\d{1,3}(\.\d+)?%", value.strip()):
             pct = float(value.strip()[:-1])
@@ -435,7 +436,7 @@ class MigrationCreateSchema(StrictSchema):
     max_failures = MaxFailures(load_default=None, allow_none=True, metadata={
         "description": "Count or percentage (\"10%\") of failed machines beyond which no "
                        "new machine starts and the migration halts. Default: no limit.",
-        "oneOf": [{"type": "integer", "minimum": 0},
+        "oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 9},
                   {"type": "string", "pattern": "^[0-9]{1,3}(\\.[0-9]+)?%$"}]})
     canary = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10000), metadata={
         "description": "The first N machines must all succeed before the rest start."})
@@ -506,11 +507,12 @@ class MigrationMachineListSchema(Schema):
 class MigrationMachineQuerySchema(StrictSchema):
     state = fields.String(validate=validate.OneOf(MACHINE_STEPS))
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
-    marker = fields.Integer(validate=validate.Range(min=-1))
+    marker = fields.Integer(validate=validate.Range(min=-1, max=MAX_CURSOR))
 
 
 class FeedQuerySchema(StrictSchema):
-    since = fields.Integer(validate=validate.Range(min=0), load_default=0, metadata={
+    since = fields.Integer(validate=validate.Range(min=0, max=MAX_CURSOR), load_default=0,
+                           metadata={
         "description": "Cursor: the next_cursor of the previous answer (0: from the start)."})
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     machine_id = fields.String(validate=validate.Length(max=64))

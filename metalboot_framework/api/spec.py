@@ -69,6 +69,28 @@ def _load(schema, data, location, many=False):
                            fields=fields)
 
 
+def _nul_field(value, path=""):
+    """The path of the first string holding a NUL character (no database stores one)."""
+    if isinstance(value, str):
+        return path or "_schema" if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and "\x00" in key:
+            return f"{path}.{key}" if path else key
+        found = _nul_field(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def reject_nul(data):
+    field = _nul_field(data)
+    if field:
+        raise InvalidInput(f"{field}: NUL characters are not allowed",
+                           fields={field: ["NUL characters are not allowed."]})
+
+
 def json_body():
     if request.mimetype != "application/json":
         raise UnsupportedMediaType(
@@ -76,6 +98,7 @@ def json_body():
     data = request.get_json(silent=True, cache=True)
     if data is None:
         raise BadRequest("the body is not valid JSON")
+    reject_nul(data)
     return data
 
 
@@ -110,7 +133,9 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
                     if body_many:
                         kwargs["many"] = False
             if query is not None:
-                kwargs["query"] = _load(query(), request.args.to_dict(), "query")
+                params = request.args.to_dict()
+                reject_nul(params)
+                kwargs["query"] = _load(query(), params, "query")
             elif request.args:
                 unknown = sorted(request.args)
                 raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)}",

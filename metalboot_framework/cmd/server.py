@@ -45,21 +45,23 @@ def load_services():
         common.fail(f"cannot start: {type(exc).__name__}: {exc}")
 
 
-def main(argv=None):
-    common.parse_args(sys.argv[1:] if argv is None else argv,
-                      "Run the metalboot API, artifact server and conductor.")
+def run(name, description, argv, with_api=True, with_conductor=True):
+    """Start the API (on waitress), a conductor, or both, until SIGTERM/SIGINT."""
+    common.parse_args(sys.argv[1:] if argv is None else argv, description)
     common.setup_logging(CONF.debug)
-    check_listen_address()
+    if with_api:
+        check_listen_address()
     services = load_services()
-    app = create_app(services)
-    conductor = Conductor(services)
-    try:
-        server = waitress.create_server(
-            app, host=CONF.api.host_ip, port=CONF.api.port, threads=CONF.api.threads,
-            connection_limit=CONF.api.connection_limit, ident="metalboot",
-            clear_untrusted_proxy_headers=True, channel_timeout=120)
-    except OSError as exc:
-        common.fail(f"cannot listen on {CONF.api.host_ip}:{CONF.api.port}: {exc.strerror}")
+    conductor = Conductor(services) if with_conductor else None
+    server = None
+    if with_api:
+        try:
+            server = waitress.create_server(
+                create_app(services), host=CONF.api.host_ip, port=CONF.api.port,
+                threads=CONF.api.threads, connection_limit=CONF.api.connection_limit,
+                ident="metalboot", clear_untrusted_proxy_headers=True, channel_timeout=120)
+        except OSError as exc:
+            common.fail(f"cannot listen on {CONF.api.host_ip}:{CONF.api.port}: {exc.strerror}")
 
     def _terminate(signum, _frame):
         LOG.info("received %s, shutting down", signal.Signals(signum).name)
@@ -67,26 +69,40 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
-    conductor.start()
+    if conductor is not None:
+        conductor.start()
     # Everything loaded so far lives as long as the process: keep the cyclic
     # garbage collector from walking it again and again (latency spikes).
     gc.collect()
     gc.freeze()
-    tokens = "configured tokens" if (CONF.api.admin_tokens or CONF.api.reader_tokens) else \
-        f"the admin token in {CONF.state_path}/admin-token"
-    LOG.info("metalboot-server listening on http://%s:%s (boot interfaces: %s; API needs %s)",
-             server.effective_host, server.effective_port,
-             ", ".join(services.interfaces.names()), tokens)
+    parts = [f"boot interfaces: {', '.join(services.interfaces.names())}"]
+    if conductor is not None:
+        parts.append(f"conductor {CONF.host}")
     try:
-        server.run()
+        if server is not None:
+            tokens = "configured tokens" if (CONF.api.admin_tokens or CONF.api.reader_tokens) \
+                else f"the admin token in {CONF.state_path}/admin-token"
+            LOG.info("%s listening on http://%s:%s (%s; API needs %s)", name,
+                     server.effective_host, server.effective_port, "; ".join(parts), tokens)
+            server.run()
+        else:
+            LOG.info("%s running (%s)", name, "; ".join(parts))
+            signal.pause()
     except SystemExit:
         pass
     finally:
-        server.close()
-        conductor.stop()
+        if server is not None:
+            server.close()
+        if conductor is not None:
+            conductor.stop()
         services.db.dispose()
-        LOG.info("metalboot-server stopped")
+        LOG.info("%s stopped", name)
     return 0
+
+
+def main(argv=None):
+    return run("metalboot-server", "Run the metalboot API, artifact server and conductor in "
+               "one process.", argv)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ How changes reach dnsmasq, and why it is done this way (dnsmasq 2.90):
   operator's configuration, keyed on ``tag:<managed_tag>-<interface>``.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -168,14 +169,17 @@ class DnsmasqBackend(DhcpBackend):
         return sorted(result, key=lambda e: (e.machine_id, e.interface))
 
     # -- internals ---------------------------------------------------------------
+    @contextlib.contextmanager
     def _locked(self):
         for option in ("hostsdir", "optsdir"):
             reason = files.check_writable_dir(getattr(self._c, option))
             if reason:
                 raise DhcpBackendError(f"dnsmasq backend: [dnsmasq] {option}: {reason}")
-        files.remove_stale_temp_files(self._c.hostsdir, self._c.file_prefix)
-        files.remove_stale_temp_files(self._c.optsdir, self._c.file_prefix)
-        return files.locked(os.path.join(self._c.hostsdir, LOCK_NAME))
+        with files.locked(os.path.join(self._c.hostsdir, LOCK_NAME)):
+            # Only under the lock: a concurrent writer's temporary file is not stale.
+            files.remove_stale_temp_files(self._c.hostsdir, self._c.file_prefix)
+            files.remove_stale_temp_files(self._c.optsdir, self._c.file_prefix)
+            yield
 
     def _option_line(self, option):
         value = option.value

@@ -61,7 +61,9 @@ def check_writable_dir(path):
         return (f"{path} is not writable by this process (uid {os.getuid()}): "
                 f"{exc.strerror or exc}")
     os.close(fd)
-    os.unlink(probe)
+    # A concurrent remove_stale_temp_files may have removed it already.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(probe)
     return None
 
 

@@ -179,8 +179,9 @@ class KeaBackend(DhcpBackend):
         reason = files.check_writable_dir(directory)
         if reason:
             raise DhcpBackendError(f"Kea backend: [kea] include_file: directory {reason}")
-        files.remove_stale_temp_files(directory, os.path.basename(path))
         with files.locked(path + ".lock"):
+            # Only under the lock: a concurrent writer's temporary file is not stale.
+            files.remove_stale_temp_files(directory, os.path.basename(path))
             try:
                 with open(path, encoding="utf-8") as f:
                     before = f.read()

@@ -86,10 +86,16 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    # PostgreSQL only: the writing transaction (server default) and the position
+    # in the feed, given once that transaction can no longer be in progress.
+    # See metalboot_framework.feed.
+    xid: Mapped[int | None] = mapped_column(BigInteger)
+    feed_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_events_machine", "machine_id", "id"),
         Index("ix_events_migration", "migration_id", "id"),
+        Index("ix_events_feed_id", "feed_id"),
     )
 
 
@@ -167,3 +173,12 @@ class MigrationMachine(Base):
         Index("ix_migration_machines_state", "migration_id", "state", "position"),
         Index("ix_migration_machines_machine", "machine_id"),
     )
+
+
+class Setting(Base):
+    """Deployment-wide values every process must share (the token secret)."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

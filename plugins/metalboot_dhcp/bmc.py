@@ -15,6 +15,11 @@ def boot_once_and_reset(task, target):
     """
     client = bmc_client.client_for_task(task)
     mode = redfish_mode(task)
+    if target == "UefiHttp":
+        # The firmware takes the URL from DHCP only when the BMC holds no
+        # HttpBootUri; a stale one (e.g. redfish-http-url's, cleaned up only
+        # after this migration) would be booted instead.
+        client.clear_boot_override(only_targets=(), clear_http_boot_uri=True)
     enabled = client.set_boot_override(target, enabled="Once", mode=mode)
     state = power.reset(client, wait=True)
     return (f"BMC {client.address}: boot override {target} ({enabled or 'Once'}, {mode}) "

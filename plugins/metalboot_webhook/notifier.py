@@ -6,7 +6,9 @@ migration. A sender thread POSTs events in order, as JSON, retrying with
 exponential backoff (tenacity) on connection errors and 5xx answers; after
 ``max_attempts`` it logs the event id and moves on. When the queue is full
 the oldest event is dropped and logged: the receiver can catch up from
-``GET /v1/events?since=<id>``, whose cursor is the event id.
+``GET /v1/events``. Events come in the order their transactions notified,
+which for two threads committing at once may differ from the feed's order;
+the feed is the ordered, gap-free record.
 """
 
 import collections

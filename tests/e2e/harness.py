@@ -30,6 +30,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -192,7 +193,6 @@ class Machine:
                 text = f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
-        import re
         return re.sub(r"\x1b\[[0-9;=?]*[A-Za-z]", "", text).replace("\r", "")
 
     def qemu_pid(self):
@@ -282,6 +282,15 @@ class Harness:
                 errors.append(f"{proc.name}: {exc}")
         self.procs = []
         if self.netns_made:
+            # Anything still running in our namespace was started by us (a child a
+            # daemon forked): stop it by pid before the namespace goes.
+            left = sh("ip", "netns", "pids", self.netns, check=False).stdout.split()
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            if left:
+                self.log(f"killed {len(left)} leftover process(es) in {self.netns}: "
+                         f"{' '.join(left)}")
             out = sh("ip", "netns", "del", self.netns, check=False)
             if out.returncode:
                 errors.append(f"ip netns del {self.netns}: {out.stderr.strip()}")
@@ -431,7 +440,7 @@ class Harness:
         if not ports:
             raise HarnessError(f"netns_forward.py did not start:\n{proc.log()}")
         self.server_url = f"http://127.0.0.1:{ports[0]}"
-        for machine, port in zip(self.machines, ports[1:]):
+        for machine, port in zip(self.machines, ports[1:], strict=True):
             machine.bmc_local_url = f"http://127.0.0.1:{port}"
 
     def _wait_ready(self, timeout=60):
@@ -470,9 +479,9 @@ class Harness:
     def api(self, method, path, expect=None, **kw):
         r = requests.request(method, self.server_url + path, timeout=60,
                              headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, **kw)
-        if expect is not None and r.status_code != expect:
-            raise HarnessError(f"{method} {path}: HTTP {r.status_code} (expected {expect}): "
-                               f"{r.text}")
+        if (expect is not None and r.status_code != expect) or r.status_code >= 400:
+            raise HarnessError(f"{method} {path}: HTTP {r.status_code}"
+                               + (f" (expected {expect})" if expect else "") + f": {r.text}")
         return r.json() if r.content else None
 
     def register(self, boot_interface, machines=None):
@@ -532,7 +541,7 @@ class Harness:
         out = []
         for row in rows:
             item = dict(zip(("id", "machine_id", "interface", "kind", "path", "client_address",
-                             "created_at"), row))
+                             "created_at"), row, strict=True))
             item["time"] = utc_epoch(item["created_at"])
             if machine is not None and item["machine_id"] != machine.id:
                 continue

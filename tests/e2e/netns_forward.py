@@ -77,7 +77,7 @@ def main():
     # created from now on (the upstream connections) live in NETNS.
     enter_netns(netns)
     threads = [threading.Thread(target=serve, args=(listener, host, port), daemon=True)
-               for listener, (host, port) in zip(listeners, targets)]
+               for listener, (host, port) in zip(listeners, targets, strict=True)]
     for t in threads:
         t.start()
     print(" ".join(str(s.getsockname()[1]) for s in listeners), flush=True)

@@ -197,7 +197,7 @@ class QemuMachine:
         with open(serial, "a") as f:
             f.write(f"\n==== metalboot-e2e BMC: start at {time.time():.3f} ({reset_type}; "
                     f"{what}) ====\n")
-        cd = f"if=none,id=cd,media=cdrom,readonly=on" + (f",file={cd_image}" if cd_image else "")
+        cd = "if=none,id=cd,media=cdrom,readonly=on" + (f",file={cd_image}" if cd_image else "")
         qemu = [
             spec.get("qemu", "qemu-system-x86_64"), "-name", f"metalboot-e2e-{self.uuid[:8]}",
             "-machine", "q35", "-accel", "tcg", "-m", str(spec.get("memory", 768)),

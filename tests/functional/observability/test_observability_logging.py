@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from metalboot_framework import logs
-from metalboot_framework.tokens import TokenSigner
+from tests.conftest import signer_of
 from tests.conftest import ADMIN, READER
 
 
@@ -26,7 +26,7 @@ def log_lines(server):
 def test_json_log_lines_request_ids_and_no_secrets(observed):
     server = observed.server
     machine_id = observed.ids[0]
-    signer = TokenSigner.from_state_dir(str(server.state))
+    signer = signer_of(server)
     assert signer.machine_token(machine_id, 1) == observed.machine_token
     wrong = "f" * 32  # the probe's wrong machine token (conftest.WRONG_TOKEN)
 

@@ -1,0 +1,53 @@
+"""The event feed: every event once, in order, behind a stable integer cursor.
+
+With SQLite one writer commits at a time, so event ids grow in commit order
+and the id is the cursor. With PostgreSQL, processes commit concurrently: an
+event with a smaller id may become visible after one with a larger id, and a
+poller that had moved past it would never see it. So each event remembers its
+writing transaction (``xid``), and the feed gives feed positions
+(``feed_id``) only to events whose transaction is older than every
+transaction still in progress (``pg_snapshot_xmin``): those are final. The
+positions are handed out in (xid, id) order by one reader at a time (an
+advisory lock), so a cursor once passed is never crossed by a new event.
+"""
+
+from sqlalchemy import select, text
+
+from metalboot_framework.store import models
+
+EVENTS = models.Event.__table__
+
+# An arbitrary constant naming the advisory lock of the feed sequencer.
+_FEED_LOCK = 0x6D6266  # "mbf"
+
+_SEQUENCE = text("""
+WITH final AS (
+    SELECT id, row_number() OVER (ORDER BY xid, id) AS n
+    FROM events
+    WHERE feed_id IS NULL
+      AND xid < (pg_snapshot_xmin(pg_current_snapshot())::text)::bigint
+), base AS (
+    SELECT COALESCE(MAX(feed_id), 0) AS top FROM events
+)
+UPDATE events SET feed_id = base.top + final.n
+FROM final, base WHERE events.id = final.id
+""")
+
+
+def read(services, since=0, limit=100, machine_id=None, migration_id=None):
+    """Events after cursor ``since`` and the cursor to pass next time."""
+    postgres = services.db.write_engine.dialect.name == "postgresql"
+    position = EVENTS.c.feed_id if postgres else EVENTS.c.id
+    if postgres:
+        with services.db.write_conn() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _FEED_LOCK})
+            conn.execute(_SEQUENCE)
+    q = select(EVENTS, position.label("position")).where(position > since) \
+        .order_by(position).limit(limit)
+    if machine_id:
+        q = q.where(EVENTS.c.machine_id == machine_id)
+    if migration_id:
+        q = q.where(EVENTS.c.migration_id == migration_id)
+    with services.db.read_conn() as conn:
+        rows = conn.execute(q).all()
+    return rows, (rows[-1].position if rows else since)

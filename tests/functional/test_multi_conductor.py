@@ -1,0 +1,77 @@
+"""Several conductors and an API process sharing a real PostgreSQL database."""
+
+import collections
+import signal
+import time
+
+import pytest
+
+from metalboot_framework.testing.simulator import FETCH, SILENT, SimulatedFleet
+from tests.functional.test_migrations import machine_states, migrate, setup_machines, wait_for
+
+pytestmark = pytest.mark.functional
+
+CONDUCTOR_CONF = """enabled_boot_interfaces = fake,fake-alt
+host = {host}
+[conductor]
+heartbeat_interval = 1
+heartbeat_timeout = 4
+[api]
+public_url = {public_url}
+"""
+
+
+def test_two_conductors_one_killed(server_factory, postgres):
+    url = postgres.create_database()
+    api = server_factory(command="metalboot_framework.cmd.api", database_url=url,
+                         extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+    conductors = {
+        name: server_factory(command="metalboot_framework.cmd.conductor", database_url=url,
+                             extra_conf=CONDUCTOR_CONF.format(host=name, public_url=api.url)
+                             ).start(wait=False)
+        for name in ("conductor-a", "conductor-b")}
+    ids = setup_machines(api, 120, properties={"fake_delay": 0.05})
+    silent = set(ids[::15])
+    with SimulatedFleet(api.url, api.token, only_interfaces=["fake-alt"],
+                        default=lambda mid, iface: SILENT if mid in silent else FETCH):
+        m = migrate(api, ids, max_parallel=20, boot_timeout=4)
+        deadline = time.monotonic() + 60
+        while api.request("GET", f"/v1/migrations/{m['id']}").json()["counts"].get(
+                "done", 0) < 30:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # both conductors took part before one dies
+        conductors["conductor-a"].stop(sig=signal.SIGKILL)
+        final = wait_for(api, m["id"], timeout=180)
+    assert final["state"] == "done", final
+    assert set(final["counts"]) <= {"done", "rolled_back"}, final["counts"]
+    per = machine_states(api, m["id"])
+    assert {mid for mid in ids if per[mid]["state"] == "rolled_back"} >= silent
+    events = api.request("GET", "/v1/events", params={"migration_id": m["id"], "limit": 1000})
+    feed = []
+    cursor = 0
+    while True:
+        body = api.request("GET", "/v1/events", params={"migration_id": m["id"], "since": cursor,
+                                                        "limit": 1000}).json()
+        if not body["events"]:
+            break
+        feed += body["events"]
+        cursor = body["next_cursor"]
+    assert events.status_code == 200
+    steps = collections.defaultdict(list)
+    for e in feed:
+        if e["kind"] == "migration.step":
+            steps[e["machine_id"]].append((e["data"]["old"], e["data"]["new"]))
+    for mid in ids:
+        transitions = steps[mid]
+        # each transition once: no step was carried out twice in one attempt
+        assert len(transitions) == len(set(transitions)), (mid, transitions)
+        machine = api.request("GET", f"/v1/machines/{mid}").json()
+        assert machine["lock"] is None and machine["state"] == "ready"
+        assert machine["boot_interface"] == ("fake-alt" if per[mid]["state"] == "done"
+                                             else "fake")
+    log_a = conductors["conductor-a"].log()
+    log_b = conductors["conductor-b"].log()
+    assert "conductor-a" in log_b or "missed heartbeats" in log_b
+    assert log_a.count("-> validating") + log_b.count("-> validating") >= len(ids) - 1
+    assert log_a.count("in migration") > 0 and log_b.count("in migration") > 0
