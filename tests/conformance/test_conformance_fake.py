@@ -39,3 +39,8 @@ class TestFakeAltConformance(BootInterfaceConformance):
 
     def snapshot_world(self):
         return {}
+
+    def invalid_machine_fields(self):
+        fields = self.machine_fields(2)
+        fields["properties"] = {"fake_fail": {"validate": "simulated refusal"}}
+        return fields
