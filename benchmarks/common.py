@@ -42,30 +42,116 @@ def cpu_seconds(pid):
 
 
 class MetalbootServer:
-    """metalboot-server in a subprocess with a fresh state directory."""
+    """metalboot-server (or metalboot-api / metalboot-conductor: ``command``) in a
+    subprocess with a fresh state directory.
+
+    ``database_url``: a shared database (PostgreSQL) instead of the state
+    directory's SQLite file; ``public_url``: the URL machines and BMCs reach the
+    API under (every process of one deployment must share it); ``wait``: a
+    process without an API (a conductor) is waited for by its log line.
+    """
 
     token = "bench-admin-token"
 
-    def __init__(self, extra_conf="", workdir=None):
+    def __init__(self, extra_conf="", workdir=None, command="metalboot_framework.cmd.server",
+                 database_url=None, public_url=None, host=None):
         self.dir = workdir or tempfile.mkdtemp(prefix="metalboot-bench-")
+        os.makedirs(self.dir, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        conf = os.path.join(self.dir, "metalboot.conf")
+        self.conf_path = conf = os.path.join(self.dir, "metalboot.conf")
+        self.database_url = database_url
         with open(conf, "w") as f:
-            f.write(f"[DEFAULT]\nstate_path = {self.dir}/state\n{extra_conf}\n"
-                    f"[api]\nport = {self.port}\nadmin_tokens = {self.token}\n")
-        self.log = open(os.path.join(self.dir, "server.log"), "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "metalboot_framework.cmd.server",
-                                      "--config-file", conf], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        wait_http(self.url + "/v1", self.proc)
+            f.write(f"[DEFAULT]\nstate_path = {self.dir}/state\n"
+                    + (f"host = {host}\n" if host else "") + f"{extra_conf}\n"
+                    f"[api]\nport = {self.port}\nadmin_tokens = {self.token}\n"
+                    + (f"public_url = {public_url}\n" if public_url else "")
+                    + (f"[database]\nconnection = {database_url}\n" if database_url else ""))
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", command, "--config-file", conf],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            if command.endswith(".conductor"):
+                wait_log(self.log_path, " running (", self.proc)
+            else:
+                wait_http(self.url + "/v1", self.proc)
+        except BaseException:
+            self.stop()
+            raise
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {self.token}"
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
         self.log.close()
+
+
+def wait_log(path, text, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{path}: process exited with {proc.returncode}")
+        with open(path, errors="replace") as f:
+            if text in f.read():
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{path}: no {text!r} after {timeout}s")
+
+
+_ISO_SCRIPT = """
+import sys
+from metalboot_framework.conf import CONF
+from metalboot_framework.services import Services
+CONF(["--config-file", sys.argv[1]], project="metalboot")
+services = Services.from_conf(CONF, upgrade=False)
+iface = services.interfaces.get(sys.argv[3])
+spec, path = iface.ensure_iso(services, sys.argv[2])
+print(iface.iso_url(services, sys.argv[2]))
+print(path)
+"""
+
+
+def partition_iso(server, partition, interface="redfish-virtual-media-ipxe"):
+    """(URL, local path) of a partition's iPXE ISO, built with the server's own
+    configuration (in a subprocess, so this process's CONF stays untouched)."""
+    out = subprocess.run([sys.executable, "-c", _ISO_SCRIPT, server.conf_path, partition,
+                          interface], check=True, capture_output=True, text=True).stdout
+    url, path = out.strip().splitlines()[-2:]
+    return url, path
+
+
+def machine_tokens(server, ids, generation=1):
+    """Per-machine boot tokens, signed with the server database's secret."""
+    from metalboot_framework.store.db import Database
+    from metalboot_framework.tokens import TokenSigner
+    db = Database(server.database_url
+                  or f"sqlite:///{os.path.join(server.dir, 'state', 'metalboot.sqlite')}")
+    try:
+        signer = TokenSigner.from_database(db)
+        return {mid: signer.machine_token(mid, generation) for mid in ids}
+    finally:
+        db.dispose()
+
+
+def machine_id(n):
+    return f"00000000-0000-4000-8000-{n:012x}"
+
+
+def mac(n, prefix="52:54"):
+    return "%s:%02x:%02x:%02x:%02x" % (prefix, (n >> 24) & 255, (n >> 16) & 255,
+                                       (n >> 8) & 255, n & 255)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def wait_http(url, proc, timeout=60):
@@ -96,3 +182,13 @@ def fmt(value, unit=""):
 
 def median(values):
     return statistics.median(values) if values else float("nan")
+
+
+#: Rows of the combined table printed by ``run.py scale`` (benchmark, measurement,
+#: metalboot, baseline, ratio, target, result).
+SUMMARY_HEADER = ["benchmark", "measurement", "metalboot", "baseline", "ratio", "target",
+                  "result"]
+
+
+def verdict(ok):
+    return "met" if ok else "MISSED"

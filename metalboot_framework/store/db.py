@@ -8,6 +8,7 @@ with ordinary deferred transactions so they never queue behind writers.
 
 import contextlib
 import os
+import threading
 
 import alembic.command
 import alembic.config
@@ -35,6 +36,7 @@ class Database:
                 pool_pre_ping=True)
             self.read_engine = self.write_engine
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._write_lock = threading.Lock() if self.is_sqlite else None
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     def _sqlite_engine(self, immediate):
@@ -62,9 +64,20 @@ class Database:
         return engine
 
     @contextlib.contextmanager
+    def _writer(self):
+        # SQLite has one writer at a time; a writer that finds the lock taken
+        # sleeps in SQLite's busy handler for up to 100 ms at a go. Queueing the
+        # writers of this process on a lock hands the database over at once.
+        if self._write_lock is None:
+            yield
+        else:
+            with self._write_lock:
+                yield
+
+    @contextlib.contextmanager
     def write(self):
         """A session in a transaction that commits on success."""
-        with self._write.begin() as session:
+        with self._writer(), self._write.begin() as session:
             yield session
 
     @contextlib.contextmanager
@@ -76,7 +89,7 @@ class Database:
     def write_conn(self):
         """A Core connection in a write transaction: for hot paths, where an ORM
         session's bookkeeping costs more than the statements."""
-        with self.write_engine.begin() as conn:
+        with self._writer(), self.write_engine.begin() as conn:
             yield conn
 
     @contextlib.contextmanager
