@@ -116,6 +116,7 @@ http {{
 class Nginx:
     def __init__(self, root, workers=1):
         self.dir = tempfile.mkdtemp(prefix="metalboot-bench-nginx-")
+        os.chmod(self.dir, 0o755)
         os.makedirs(os.path.join(self.dir, "tmp"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -243,6 +244,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     work = tempfile.mkdtemp(prefix="metalboot-bench-storm-")
+    os.chmod(work, 0o755)  # nginx's worker runs as www-data
     root = os.path.join(work, "www")
     lua = os.path.join(work, "rotate.lua")
     with open(lua, "w") as f:
@@ -261,6 +263,9 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
             f.write(iso + "\n")
         size = os.path.getsize(iso_path)
         nginx = Nginx(root)
+        for path in (paths[0], paths[-1], iso):  # the same bytes at the same paths
+            a, b = requests.get(server.url + path), requests.get(nginx.url + path)
+            assert a.status_code == b.status_code == 200 and a.content == b.content, path
         for kind, paths_file, rng in (("scripts", scripts_file, 0),
                                       ("iso", iso_file, range_kib * 1024)):
             results[kind] = [

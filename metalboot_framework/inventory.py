@@ -446,11 +446,3 @@ def machine_events(services, machine_id, since=0, limit=100):
             .order_by(models.Event.id).limit(limit)))
     events = [event_dict(ev) for ev in rows]
     return events, (rows[-1].id if rows else since)
-
-
-def release_stale_locks(session, live_holders, now=None):
-    """Release machine locks whose holders are not among ``live_holders``."""
-    q = update(models.Machine).where(models.Machine.reservation.is_not(None))
-    if live_holders:
-        q = q.where(models.Machine.reservation.not_in(list(live_holders)))
-    return session.execute(q.values(reservation=None, reserved_at=None)).rowcount

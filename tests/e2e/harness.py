@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -40,6 +41,7 @@ import tempfile
 import time
 import uuid
 
+import bcrypt
 import requests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -168,7 +170,7 @@ class Machine:
         self.ipv4_address = f"{V4_NET}.{11 + index}"
         self.workdir = os.path.join(harness.workdir, self.name)
         self.bmc_port = BMC_PORT_BASE + index
-        self.bmc_local_url = None  # through the forwarder, for the test process
+        self.bmc_local_url = None  # through the forwarder, for the test process (debugging)
         os.makedirs(self.workdir, exist_ok=True)
 
     @property
@@ -201,15 +203,6 @@ class Machine:
                 return int(f.read().strip())
         except (FileNotFoundError, ValueError):
             return None
-
-    def redfish(self, method, path, **kw):
-        r = requests.request(method, self.bmc_local_url + path, auth=(BMC_USER, BMC_PASSWORD),
-                             timeout=30, **kw)
-        r.raise_for_status()
-        return r
-
-    def system_path(self):
-        return f"/redfish/v1/Systems/{self.id}"
 
 
 class Harness:
@@ -407,7 +400,6 @@ class Harness:
                       "boot_mode": "UEFI", "external_notifier": False,
                       "nics": [{"mac": machine.mac, "ip": machine.ipv4_address}]}
             htpasswd = os.path.join(machine.workdir, "htpasswd")
-            import bcrypt
             with open(htpasswd, "w") as f:
                 f.write(f"{BMC_USER}:"
                         f"{bcrypt.hashpw(BMC_PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
@@ -444,36 +436,35 @@ class Harness:
             machine.bmc_local_url = f"http://127.0.0.1:{port}"
 
     def _wait_ready(self, timeout=60):
+        def http(url):
+            return lambda: requests.get(url, timeout=2).status_code in (200, 401)
+
+        def kea():
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(2)
+                sock.connect(self.kea_socket)
+                sock.sendall(b'{"command": "status-get"}')
+                return b'"result": 0' in sock.recv(65536)
+
+        waiting = {"metalboot-server": http(self.server_url + "/v1"), "kea-dhcp6": kea,
+                   "dnsmasq": lambda: os.path.exists(self.dnsmasq_pid_file)}
+        waiting.update({f"bmc-{m.name}": http(m.bmc_local_url + "/redfish/v1/")
+                        for m in self.machines})
         deadline = time.monotonic() + timeout
-        waiting = {"metalboot-server": self.server_url + "/v1"}
-        waiting.update({f"bmc-{m.name}": m.bmc_local_url + "/redfish/v1/" for m in self.machines})
         while waiting:
             for proc in self.procs:
                 if not proc.alive():
                     raise HarnessError(f"{proc.name} exited ({proc.popen.returncode}):\n"
                                        f"{proc.log()}")
-            for name, url in list(waiting.items()):
+            for name, ready in list(waiting.items()):
                 try:
-                    if requests.get(url, timeout=2).status_code in (200, 401):
+                    if ready():
                         del waiting[name]
-                except requests.RequestException:
+                except (OSError, requests.RequestException):
                     pass
             if waiting and time.monotonic() > deadline:
                 raise HarnessError(f"not ready after {timeout} s: {', '.join(waiting)}")
             time.sleep(0.1)
-        try:
-            self._kea_command("status-get")
-        except OSError as exc:
-            raise HarnessError(f"kea-dhcp6 not answering on {self.kea_socket}: {exc}\n"
-                               f"{self.kea.log()}")
-
-    def _kea_command(self, command):
-        import socket
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(5)
-            sock.connect(self.kea_socket)
-            sock.sendall(json.dumps({"command": command}).encode())
-            return sock.recv(65536)
 
     # -- metalboot over REST ------------------------------------------------------------
     def api(self, method, path, expect=None, **kw):

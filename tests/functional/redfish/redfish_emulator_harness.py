@@ -1,4 +1,6 @@
-"""Harness for the Redfish functional tests: real sushy-emulator processes (fixtures in conftest.py).
+"""Harness for the Redfish functional tests: real sushy-emulator processes.
+
+The fixtures are in conftest.py.
 
 Every emulator is the stock sushy-tools emulator with its fake driver, run
 through ``sushy_emulator_with_http_boot_uri.py`` (which stores HttpBootUri per
@@ -19,13 +21,10 @@ import uuid as uuid_mod
 import bcrypt
 import pytest
 import requests
-from oslo_config import cfg
 
-from metalboot_framework.bmc import connection as bmc_connection
-from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default
 from metalboot_framework.services import Services, partition_info
 from metalboot_framework.store import models
-from metalboot_redfish import conf as redfish_conf
+from tests import redfish_conf as redfish_conf_mod
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRAPPER = os.path.join(HERE, "sushy_emulator_with_http_boot_uri.py")
@@ -240,33 +239,16 @@ def partition_artifact_server():
     server.stop()
 
 
-def make_conf(state_path, public_url, **bmc_overrides):
-    conf = cfg.ConfigOpts()
-    for module in (default, api, database, conductor, artifacts, bmc):
-        module.register_opts(conf)
-    redfish_conf.register_opts(conf)
-    conf([], project="metalboot", default_config_files=[])
-    conf.set_override("state_path", str(state_path))
-    conf.set_override("connection", f"sqlite:///{state_path}/metalboot.sqlite", group="database")
-    conf.set_override("enabled_boot_interfaces",
-                      ["redfish-http-url", "redfish-virtual-media-ipxe"])
-    conf.set_override("default_boot_interface", "redfish-http-url")
-    conf.set_override("public_url", public_url, group="api")
-    fast = dict(connect_timeout=2.0, read_timeout=5.0, retry_attempts=3, retry_interval=0.05,
+FAST_BMC = dict(connect_timeout=2.0, read_timeout=5.0, retry_attempts=3, retry_interval=0.05,
                 retry_max_interval=0.2, power_poll_interval=0.05, power_timeout=10.0,
                 post_retry_interval=0.05, post_retry_timeout=1.0)
-    fast.update(bmc_overrides)
-    for key, value in fast.items():
-        conf.set_override(key, value, group="bmc")
-    conf.set_override("ipxe_efi_path", IPXE_EFI, group="redfish")
-    return conf
 
 
-@pytest.fixture(autouse=True)
-def _fresh_bmc_connection_cache():
-    bmc_connection.CACHE.clear()
-    yield
-    bmc_connection.CACHE.clear()
+def make_conf(state_path, public_url, **bmc_overrides):
+    return redfish_conf_mod.make_conf(state_path, public_url, IPXE_EFI, FAST_BMC, **bmc_overrides)
+
+
+_fresh_bmc_connection_cache = redfish_conf_mod.fresh_bmc_connection_cache
 
 
 @pytest.fixture

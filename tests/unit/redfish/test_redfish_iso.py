@@ -10,7 +10,6 @@ import pytest
 from redfish_mock_bmc import IPXE_EFI, make_conf
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_framework.services import Services
-from metalboot_redfish import iso as iso_mod
 
 VMEDIA = "redfish-virtual-media-ipxe"
 

@@ -1,0 +1,34 @@
+"""Configuration for Redfish plugin tests: a private ConfigOpts with fast BMC timings."""
+
+import pytest
+from oslo_config import cfg
+
+from metalboot_framework.bmc import connection as bmc_connection
+from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default
+from metalboot_redfish import conf as redfish_conf
+
+
+def make_conf(state_path, public_url, ipxe_efi, fast, **bmc_overrides):
+    """A ConfigOpts for the two Redfish interfaces; ``fast``: [bmc] timings."""
+    conf = cfg.ConfigOpts()
+    for module in (default, api, database, conductor, artifacts, bmc):
+        module.register_opts(conf)
+    redfish_conf.register_opts(conf)
+    conf([], project="metalboot", default_config_files=[])
+    conf.set_override("state_path", str(state_path))
+    conf.set_override("connection", f"sqlite:///{state_path}/metalboot.sqlite", group="database")
+    conf.set_override("enabled_boot_interfaces",
+                      ["redfish-http-url", "redfish-virtual-media-ipxe"])
+    conf.set_override("default_boot_interface", "redfish-http-url")
+    conf.set_override("public_url", public_url, group="api")
+    for key, value in dict(fast, **bmc_overrides).items():
+        conf.set_override(key, value, group="bmc")
+    conf.set_override("ipxe_efi_path", ipxe_efi, group="redfish")
+    return conf
+
+
+@pytest.fixture(autouse=True)
+def fresh_bmc_connection_cache():
+    bmc_connection.CACHE.clear()
+    yield
+    bmc_connection.CACHE.clear()
