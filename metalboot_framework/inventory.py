@@ -8,7 +8,7 @@ with 409 instead of waiting.
 
 import types
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select
 
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
