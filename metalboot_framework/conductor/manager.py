@@ -289,6 +289,7 @@ class Conductor:
                         .order_by(models.BootEvidence.id)):
                     records.setdefault(ev.machine_id, []).append(ev)
         self._evidence_cursor = newest
+        moves = []  # (transition arguments, evidence or None), written in one transaction
         for w in waiting:
             found = None
             candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
@@ -301,20 +302,30 @@ class Conductor:
                                      w.migration_id)
                 found = iface.recognise_evidence(task, candidates)
             if found is not None:
-                if self.runner.transition(
-                        w.migration_id, w.machine_id, "awaiting_boot", "verifying",
-                        f"boot evidence: {found.kind} of {found.path} from "
-                        f"{found.client_address}", evidence_id=found.id):
-                    metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
-                                                  found.created_at)
-                    self._submit(w.migration_id, w.machine_id)
+                moves.append((w, found, dict(
+                    old="awaiting_boot", new="verifying", evidence_id=found.id,
+                    reason=f"boot evidence: {found.kind} of {found.path} from "
+                           f"{found.client_address}")))
             elif w.deadline is not None and now > w.deadline:
                 seconds = int((w.deadline - w.activated_at).total_seconds()) \
                     if w.activated_at else "?"
                 error = f"no boot evidence through {w.target_boot_interface} within {seconds} s"
-                if self.runner.transition(w.migration_id, w.machine_id, "awaiting_boot",
-                                          "rolling_back", error, error=error):
-                    self._submit(w.migration_id, w.machine_id)
+                moves.append((w, None, dict(old="awaiting_boot", new="rolling_back",
+                                            reason=error, error=error)))
+        if not moves:
+            return
+        moved = []
+        with self.services.write(core=True) as unit:
+            for w, found, change in moves:
+                done = self.runner.apply(unit, w.migration_id, w.machine_id, **change)
+                if done is not None:
+                    moved.append((w, found, done))
+        for w, found, done in moved:
+            self.runner.announce(done)
+            if found is not None:
+                metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
+                                              found.created_at)
+            self._submit(w.migration_id, w.machine_id)
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""
