@@ -27,7 +27,6 @@ import resource
 import shutil
 import subprocess
 import tempfile
-import time
 
 import requests
 

@@ -168,12 +168,12 @@ def wait_http(url, proc, timeout=60):
 
 
 def table(title, header, rows):
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     print(f"\n{title}")
-    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
 
 
 def fmt(value, unit=""):

@@ -269,21 +269,55 @@ def metalboot_run(workdir, emulators, per, parallel):
         emus.stop()
 
 
+class StaticServer:
+    """python -m http.server: the ISO's server for the bare script where nginx is missing."""
+
+    def __init__(self, root):
+        from benchmarks.common import wait_http
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                                      "--directory", root, str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_http(self.url + "/", self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def retried(call, *args, **kwargs):
+    """A 5xx or a lost connection is tried again (3 attempts, 0.2 s then 0.4 s apart),
+    as metalboot's [bmc] retry settings here do: the emulator answers 500 "database
+    is locked" now and then under load."""
+    for attempt in range(3):
+        try:
+            return call(*args, **kwargs)
+        except (sushy.exceptions.ServerSideError, sushy.exceptions.ConnectionError):
+            if attempt == 2:
+                raise
+            time.sleep(0.2 * 2 ** attempt)
+
+
 def bare_machine(conn, uuid, iso_url):
-    system = conn.get_system(f"/redfish/v1/Systems/{uuid}")
-    members = system.virtual_media.get_members()
+    system = retried(conn.get_system, f"/redfish/v1/Systems/{uuid}")
+    members = retried(system.virtual_media.get_members)
     for vm in members:
         if vm.inserted or vm.image:
-            vm.eject_media()
+            retried(vm.eject_media)
     cd = next(vm for vm in members if sushy.VirtualMediaType.CD in vm.media_types)
-    cd.insert_media(iso_url, inserted=True, write_protected=True)
-    system.set_system_boot_options(sushy.BootSource.CD,
-                                   enabled=sushy.BootSourceOverrideEnabled.ONCE,
-                                   mode=sushy.BootSourceOverrideMode.UEFI)
-    system.reset_system(sushy.ResetType.FORCE_RESTART)
+    retried(cd.insert_media, iso_url, inserted=True, write_protected=True)
+    retried(system.set_system_boot_options, sushy.BootSource.CD,
+            enabled=sushy.BootSourceOverrideEnabled.ONCE,
+            mode=sushy.BootSourceOverrideMode.UEFI)
+    retried(system.reset_system, sushy.ResetType.FORCE_RESTART)
     while True:
         time.sleep(POLL)
-        system.refresh()
+        retried(system.refresh)
         if system.power_state == sushy.PowerState.ON:
             return
 
@@ -297,7 +331,7 @@ def bare_run(workdir, emulators, per, parallel, iso_path):
     os.chmod(www, 0o755)
     shutil.copyfile(iso_path, os.path.join(www, os.path.basename(iso_path)))
     os.chmod(os.path.join(www, os.path.basename(iso_path)), 0o644)
-    nginx = Nginx(www)
+    nginx = Nginx(www) if shutil.which("nginx") else StaticServer(www)
     emus = None
     try:
         iso_url = f"{nginx.url}/{os.path.basename(iso_path)}"

@@ -1,22 +1,82 @@
-"""Run the benchmarks and print their tables: python benchmarks/run.py [name ...]."""
+"""Run the benchmarks and print their tables: python benchmarks/run.py [--quick] [name ...].
+
+``scale`` runs redfish, bootstorm, conductors and apiscale one after the other
+and prints one combined table at the end; ``--quick`` scales everything down to
+a smoke check (a minute or so) whose figures mean nothing.
+"""
 
 import argparse
+import datetime
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import api  # noqa: E402
+from benchmarks import api, apiscale, bootstorm, conductors, redfish  # noqa: E402
+from benchmarks.common import SUMMARY_HEADER, loadavg, table  # noqa: E402
 
-BENCHMARKS = {"api": api.run}
+SCALE = {"redfish": redfish.run, "bootstorm": bootstorm.run, "conductors": conductors.run,
+         "apiscale": apiscale.run}
+
+
+def run_api(quick=False):
+    return api.run(1000, 1) if quick else api.run()
+
+
+def machine():
+    with open("/proc/cpuinfo") as f:
+        models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    with open("/proc/meminfo") as f:
+        kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    return (f"{os.cpu_count()} CPUs ({models[0] if models else 'unknown'}), "
+            f"{kib / 1024 / 1024:.1f} GiB RAM, Python {sys.version.split()[0]}, "
+            f"{datetime.date.today().isoformat()}")
+
+
+def run_scale(quick=False, names=None):
+    rows, failed = [], []
+    start_load = loadavg()
+    for name in names or SCALE:
+        try:
+            rows += SCALE[name](quick=quick)
+        except Exception as exc:  # the others still run; the table says what failed
+            traceback.print_exc()
+            failed.append(name)
+            rows.append((name, "FAILED", f"{type(exc).__name__}: {exc}"[:80], "", "", "",
+                         "FAILED"))
+    table(f"Scale benchmarks{' (--quick: smoke check, figures mean nothing)' if quick else ''}"
+          f": {machine()}; load average {start_load:.2f} at start, {loadavg():.2f} at end",
+          SUMMARY_HEADER, rows)
+    if failed:
+        raise SystemExit(f"benchmarks failed: {', '.join(failed)}")
+    return rows
+
+
+BENCHMARKS = {"api": run_api, "redfish": redfish.run, "bootstorm": bootstorm.run,
+              "conductors": conductors.run, "apiscale": apiscale.run, "scale": run_scale}
+#: What `python benchmarks/run.py` (tox -e bench) runs without names.
+DEFAULT = ["api", "scale"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("names", nargs="*", default=list(BENCHMARKS), choices=list(BENCHMARKS))
+    parser.add_argument("names", nargs="*", choices=list(BENCHMARKS), metavar="name",
+                        help=f"one of {', '.join(BENCHMARKS)} (default: {' '.join(DEFAULT)})")
+    parser.add_argument("--quick", action="store_true",
+                        help="scale everything down: a smoke check, not a measurement")
+    parser.add_argument("--skip", action="append", default=[], choices=list(SCALE),
+                        help="leave this part of scale out (e.g. where wrk or PostgreSQL "
+                             "is missing); repeatable")
     args = parser.parse_args()
-    for name in args.names:
-        BENCHMARKS[name]()
+    for name in args.names or DEFAULT:
+        if name == "scale":
+            run_scale(args.quick, [n for n in SCALE if n not in args.skip])
+        elif name in SCALE:
+            rows = BENCHMARKS[name](quick=args.quick)
+            table(f"{name} summary", SUMMARY_HEADER, rows)
+        else:
+            BENCHMARKS[name](quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,11 @@ class StepRunner:
             error = self._call(job, target, "activate")
         elif state == "verifying":
             error = self._call(job, source, "clean_up")
+        if error and state == "validating":
+            # validate changes nothing (the contract), so nothing is rolled back:
+            # the target's clean_up would only talk again to the BMC or DHCP server
+            # that validation may have found broken, and fail the machine for nothing.
+            return self._finish(job, "rolled_back", error, error=error)
         if error:
             return self._finish(job, "rolling_back", error, error=error)
         return self._finish(job, FORWARD[state], DONE_MESSAGES[state].format(

@@ -24,6 +24,24 @@ namespace to the host, so all boot traffic stays inside it.
 Every process is started by the harness (``ip netns exec``) and stopped by its
 pid in :meth:`Harness.close`; QEMU processes are stopped by their BMC and, as a
 backup, by the pid in their pid file.
+
+What is real and what is not:
+
+* real: OVMF (Debian 12) with its own PXE/HTTP boot stack, trixie's iPXE,
+  dnsmasq, Kea, radvd, metalboot-server and its plugins and DHCP backends,
+  Redfish over HTTP with sushy on metalboot's side.
+* the BMC is a harness (``qemu_bmc.py``): power changes are immediate, and
+  ``HttpBootUri`` becomes a URI boot entry in NVRAM (``virt-fw-vars
+  --set-boot-uri``), the firmware-side equivalent of what a BMC does.
+* OVMF sends its HTTP-boot DHCPv6 Solicit only after an HTTPv4 attempt in the
+  same boot, so the BMC orders HTTPv4 before HTTPv6 for ``UefiHttp``. The NICs
+  carry an ``ipv4_address`` and ``[dhcp] ipv4_dns_servers`` is set, so that
+  dnsmasq's offer (option 60 + 67 with the IPv6 URL + 6) is one OVMF takes: the
+  HTTPv4 attempt then fails within seconds; without an acceptable offer it
+  waits about 60 s first. The same DHCPv4 entries give iPXE (from ``ipxe.efi``)
+  its ``boot.ipxe`` URL; an IPv6-only second stage is not covered.
+* ``boot.ipxe`` is the harness's template (``templates/``): it powers the
+  machine off instead of booting metal-hammer.
 """
 
 import contextlib

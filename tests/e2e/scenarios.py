@@ -125,7 +125,7 @@ def single_path(h, target, source=REGISTERED_ON):
     return rows
 
 
-def migration_chain(h, broken_timeout=45):
+def migration_chain(h, broken_timeout=60):
     """pxe -> virtual media -> HTTP URL -> DHCP HTTP boot -> broken (404) and back."""
     h.register(REGISTERED_ON)
     rows = []
@@ -142,7 +142,7 @@ def migration_chain(h, broken_timeout=45):
     return rows
 
 
-def broken_and_back(h, source, boot_timeout=45, timeout=300):
+def broken_and_back(h, source, boot_timeout=60, timeout=300):
     """A migration whose artifact answers 404 rolls back; the machine boots ``source`` again."""
     t0 = time.time()
     created = h.migrate(BROKEN, boot_timeout=boot_timeout)

@@ -1,0 +1,66 @@
+"""The scale benchmarks run: ``python benchmarks/run.py scale --quick`` prints its table.
+
+A smoke check of the benchmark code (sushy-tools emulators, wrk + nginx,
+PostgreSQL, metalboot processes), scaled down to about a minute; the figures
+mean nothing. Parts whose tools are missing here are left out with --skip and
+named in the skip reason only when nothing is left to run.
+"""
+
+import glob
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.functional, pytest.mark.slow]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PARTS = ("redfish", "bootstorm", "conductors", "apiscale")
+NUMBER = re.compile(r"\d+\.\d+")
+
+
+def missing_tools():
+    """benchmark -> why it cannot run on this machine."""
+    why = {}
+    ipxe = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
+    if not os.path.exists(ipxe) or not shutil.which("mkfs.vfat") or not shutil.which("mcopy"):
+        why["redfish"] = why["bootstorm"] = f"iPXE ISO tools ({ipxe}, mkfs.vfat, mtools)"
+    for tool in ("wrk", "nginx"):
+        if not shutil.which(tool):
+            why["bootstorm"] = f"{tool} (apt-get install wrk nginx-light)"
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb") or os.geteuid() != 0:
+        why["conductors"] = why["apiscale"] = "PostgreSQL (Debian package, run as root)"
+    return why
+
+
+def test_scale_quick_prints_the_combined_table():
+    why = missing_tools()
+    if all(part in why for part in PARTS):
+        pytest.skip("no benchmark can run here: " + "; ".join(sorted(set(why.values()))))
+    argv = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "scale", "--quick"]
+    for part in why:
+        argv += ["--skip", part]
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Scale benchmarks (--quick" in out, out[-3000:]
+    combined = out[out.rindex("Scale benchmarks (--quick"):].splitlines()
+    header, rule, *rows = combined[1:]
+    assert header.split()[:2] == ["benchmark", "measurement"] and set(rule) <= {"-", " "}
+    for part in PARTS:
+        if part in why:
+            continue
+        mine = [row for row in rows if row.startswith(part + " ")]
+        assert mine, f"no {part} row in:\n" + "\n".join(combined)
+        assert all(NUMBER.search(row) for row in mine), mine
+        assert not any("FAILED" in row for row in mine), mine
+        assert all(re.search(r"\b(met|MISSED)\b", row) for row in mine
+                   if ">=" in row or "<=" in row), mine
+    print(f"benchmarks/run.py scale --quick took {took:.0f} s")
