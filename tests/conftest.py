@@ -176,15 +176,15 @@ class ServerProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout=30):
+    def wait_ready(self, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if requests.get(self.url + "/v1", timeout=1).status_code == 200:
+                if requests.get(self.url + "/v1", timeout=5).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or too busy to answer
                 time.sleep(0.05)
         raise RuntimeError(f"server not ready after {timeout}s:\n{self.log()}")
 
