@@ -39,13 +39,3 @@ nitpicky = False
 html_theme = "alabaster"
 html_title = f"metalboot {release}"
 html_static_path = []
-
-
-def _without_missing_cli(app, docname, source):
-    """doc/cli.rst is written separately: leave it out of the index until it exists."""
-    if docname == "index" and not os.path.exists(os.path.join(app.srcdir, "cli.rst")):
-        source[0] = source[0].replace("\n   cli\n", "\n")
-
-
-def setup(app):
-    app.connect("source-read", _without_missing_cli)

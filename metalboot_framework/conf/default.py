@@ -38,7 +38,7 @@ opts = [
                     "request_id (lines written while handling an API request) and "
                     "fields such as migration_id and machine_id. In both, BMC "
                     "passwords, API tokens and per-machine tokens (also inside "
-                    "artifact URLs) are masked as ***."),
+                    "artifact URLs) are masked as ``***``."),
     cfg.ListOpt("disabled_hooks", default=[],
                 help="Entry-point names in metalboot.hooks that are installed but "
                      "must not be registered."),
