@@ -357,9 +357,11 @@ def test_sigkill_mid_migration_and_restart(server_factory):
     assert final["state"] == "done", final
     assert set(final["counts"]) <= {"done", "rolled_back"}, final["counts"]
     per = machine_states(server, m["id"])
-    # A machine whose simulated boot hit the dead server could not prove its boot.
+    # A machine whose simulated boot hit the dying server may or may not have
+    # proven its boot (the fetch may have been recorded before the kill).
     lost = {mid for mid, _, action, status in fleet.boots if action == FETCH and status != 200}
-    assert {mid for mid in ids if per[mid]["state"] == "rolled_back"} == silent | lost
+    rolled_back = {mid for mid in ids if per[mid]["state"] == "rolled_back"}
+    assert silent <= rolled_back <= silent | lost
     assert len(lost) <= 5
     for mid in ids:
         machine = server.request("GET", f"/v1/machines/{mid}").json()
