@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: servers in subprocesses, timing, RSS, tables."""
 
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -55,6 +56,7 @@ class MetalbootServer:
 
     def __init__(self, extra_conf="", workdir=None, command="metalboot_framework.cmd.server",
                  database_url=None, public_url=None, host=None):
+        self._own_dir = workdir is None  # removed by stop()
         self.dir = workdir or tempfile.mkdtemp(prefix="metalboot-bench-")
         os.makedirs(self.dir, exist_ok=True)
         self.port = free_port()
@@ -91,6 +93,8 @@ class MetalbootServer:
                 self.proc.kill()
                 self.proc.wait(10)
         self.log.close()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def wait_log(path, text, proc, timeout=60):
