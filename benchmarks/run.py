@@ -62,8 +62,9 @@ def run_migration(quick=False):
         migration.run(count=10000, max_parallel=500)
 
 
-BENCHMARKS = {"api": run_api, "migration": run_migration, "redfish": redfish.run, "bootstorm": bootstorm.run,
-              "conductors": conductors.run, "apiscale": apiscale.run, "scale": run_scale}
+BENCHMARKS = {"api": run_api, "migration": run_migration, "redfish": redfish.run,
+              "bootstorm": bootstorm.run, "conductors": conductors.run, "apiscale": apiscale.run,
+              "scale": run_scale}
 #: What `python benchmarks/run.py` (tox -e bench) runs without names.
 DEFAULT = ["api", "scale"]
 
