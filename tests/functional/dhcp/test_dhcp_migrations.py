@@ -47,22 +47,6 @@ MACHINES = {
 }
 
 
-def start_server(server, timeout=60):
-    """server.start(), waiting patiently: on a loaded machine the first answer
-    may take longer than the 1 s ServerProcess.wait_ready allows per request."""
-    server.start(wait=False)
-    deadline = time.monotonic() + timeout
-    while True:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.log()}")
-        try:
-            if requests.get(server.url + "/v1", timeout=10).status_code == 200:
-                return server
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"server not ready after {timeout} s:\n{server.log()}")
-        time.sleep(0.1)
 
 
 def bootfile(answer):
@@ -340,7 +324,7 @@ def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
     snponly = os.urandom(3000)
     (dnsmasq.tftp / "snponly.efi").write_bytes(snponly)
     (tmp_path / "tftp-got").mkdir()
-    server = start_server(server_factory(extra_conf=f"""\
+    server = server_factory(extra_conf=f"""\
 enabled_boot_interfaces = fake,{PXE},{HTTPBOOT}
 default_boot_interface = fake
 [dnsmasq]
@@ -354,7 +338,7 @@ control_socket = {kea.socket}
 ipv6_dns_servers = {SERVER_V6}
 [dhcp_httpboot]
 ipxe_efi_path = {efi}
-"""))
+""").start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
     machines = list(MACHINES.values())
     a, b, c = (m["id"] for m in machines)
@@ -454,7 +438,7 @@ ipxe_efi_path = {efi}
     dnsmasq.restart()
     kea.restart()
     server.stop()
-    start_server(server)
+    server.start()
     assert server.request("GET", f"/v1/machines/{c}").json()["state"] == "ready"
     assert dnsmasq_files(dnsmasq) == before and kea.include.read_text() == kea_before
     time.sleep(0.5)  # the conductor started: it must not rewrite anything

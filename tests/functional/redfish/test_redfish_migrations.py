@@ -52,22 +52,6 @@ ipxe_efi_path = {IPXE_EFI}
 """
 
 
-def start_server(server, timeout=60):
-    """server.start(), waiting patiently: on a loaded machine the first answer
-    may take longer than the 1 s ServerProcess.wait_ready allows per request."""
-    server.start(wait=False)
-    deadline = time.monotonic() + timeout
-    while True:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.log()}")
-        try:
-            if requests.get(server.url + "/v1", timeout=10).status_code == 200:
-                return server
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"server not ready after {timeout} s:\n{server.log()}")
-        time.sleep(0.1)
 
 
 def autoexec_of(iso_bytes):
@@ -230,7 +214,7 @@ def test_migrations_fake_to_virtual_media_to_http_url_and_back(
         targets += [(emulator, s) for s in systems]
     # the last system's machine is registered with a wrong BMC password: 401
     good, (bad_emulator, bad_system) = targets[:4], targets[4]
-    server = start_server(server_factory(extra_conf=SERVER_CONF))
+    server = server_factory(extra_conf=SERVER_CONF).start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1", "boot": {
         "kernel_url": "http://127.0.0.1:1/vmlinuz", "cmdline": "console=ttyS0"}}
     ).status_code == 201
