@@ -18,9 +18,8 @@ from metalboot_framework.inventory import iso
 from metalboot_framework.store import models
 
 # Per-machine steps: where a machine is in its state machine.
-IN_FLIGHT = ("validating", "preparing", "activating", "awaiting_boot", "verifying",
-             "rolling_back")
-ACTIVE = ("queued",) + IN_FLIGHT
+IN_FLIGHT = inventory.MIGRATION_IN_FLIGHT
+ACTIVE = inventory.ACTIVE_MIGRATION_STEPS
 SUCCEEDED = ("done", "valid")
 FAILED = ("rolled_back", "rollback_failed", "invalid")
 FINISHED = SUCCEEDED + FAILED + ("skipped", "cancelled")
