@@ -362,7 +362,8 @@ def test_sigkill_mid_migration_and_restart(server_factory):
     lost = {mid for mid, _, action, status in fleet.boots if action == FETCH and status != 200}
     rolled_back = {mid for mid in ids if per[mid]["state"] == "rolled_back"}
     assert silent <= rolled_back <= silent | lost
-    assert len(lost) <= 5
+    # only machines booting while the server was down can have lost their fetch
+    assert len(lost) < len(ids) // 4
     for mid in ids:
         machine = server.request("GET", f"/v1/machines/{mid}").json()
         assert machine["state"] == "ready" and machine["lock"] is None
