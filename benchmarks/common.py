@@ -84,6 +84,19 @@ class MetalbootServer:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {self.token}"
 
+    def wait_enrolled(self, timeout=600):
+        """Until the conductor has enrolled every registered machine (so that the
+        enrolment's own plugin calls are not measured as migration work)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            page = self.session.get(self.url + "/v1/machines?state=enrolling&limit=1",
+                                    timeout=60).json()
+            if not page["machines"]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"machines still enrolling after {timeout} s")
+            time.sleep(0.2)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -59,6 +59,7 @@ def one_run(postgres, conductors, count, workers, delay, max_parallel):
                 workdir=os.path.join(workdir, f"conductor{n}"),
                 command="metalboot_framework.cmd.conductor", database_url=url,
                 public_url=api.url, host=f"bench-conductor-{n}"))
+        api.wait_enrolled()  # the conductors enrol the machines first
         tail = ConsoleTail(console, workers=32)
         cpu0 = {p.proc.pid: cpu_seconds(p.proc.pid) for p in procs}
         t0 = time.perf_counter()

@@ -87,6 +87,7 @@ def register(server, count, delay=0.0):
         s.post(server.url + "/v1/machines",
                json=[machine(i, delay) for i in range(start, min(count, start + 10000))],
                timeout=300).raise_for_status()
+    server.wait_enrolled()
     return [machine(i, 0)["id"] for i in range(count)]
 
 

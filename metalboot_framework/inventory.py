@@ -126,6 +126,7 @@ def machine_dict(m, nics, migration=None):
             "verify_tls": bool(m.bmc_verify_tls), "password_set": bool(m.bmc_password)},
         "nics": [nic_dict(n) for n in nics],
         "boot_interface": m.boot_interface, "boot_mode": m.boot_mode, "state": m.state,
+        "prepared_interface": m.prepared_interface, "last_error": m.last_error,
         "properties": m.properties or {},
         "lock": {"holder": m.reservation, "since": iso(m.reserved_at)} if m.reservation else None,
         "migration": migration,
@@ -281,7 +282,8 @@ def register_machines(services, items, many):
             "bmc_address": bmc.get("address"), "bmc_username": bmc.get("username"),
             "bmc_password": bmc.get("password"), "bmc_verify_tls": bmc.get("verify_tls", True),
             "boot_interface": iface, "boot_mode": item.get("boot_mode", "uefi"),
-            "state": "ready", "properties": item.get("properties") or {},
+            "state": "enrolling", "prepared_interface": None, "last_error": None,
+            "properties": item.get("properties") or {},
             "token_generation": 1, "created_at": now})
         for pos, nic in enumerate(item.get("nics") or []):
             nic_rows.append({"mac": nic["mac"], "machine_id": item["id"], "position": pos,
@@ -398,6 +400,12 @@ def patch_machine(services, machine_id, data):
                 raise Conflict(f"machine {machine_id} is migrating; its state follows the "
                                f"migration", fields={"state": ["machine is migrating"]})
             m.state = data["state"]
+            if m.state == "enrolling":
+                m.last_error = None
+        if m.state == "ready" and m.boot_interface != m.prepared_interface:
+            # Not prepared for its (new) boot interface yet: the conductor enrols it.
+            m.state = "enrolling"
+            m.last_error = None
         if "nics" in data:
             s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
             s.flush()
@@ -437,6 +445,22 @@ def delete_machine(services, machine_id):
         s.execute(delete(models.Machine).where(models.Machine.id == machine_id))
         unit.event("machine.deleted", "machine deleted", machine_id=machine_id)
     services.hooks.notify("metalboot_machine_deleted", machine=view)
+
+
+def evidence_dict(ev):
+    return {"id": ev.id, "interface": ev.interface, "kind": ev.kind, "path": ev.path,
+            "client_address": ev.client_address, "created_at": iso(ev.created_at)}
+
+
+def machine_evidence(services, machine_id, since=0, limit=100):
+    """The machine's recorded fetches and boot reports, oldest first, after id ``since``."""
+    with services.db.read() as s:
+        if s.get(models.Machine, machine_id) is None:
+            raise NotFound(f"machine {machine_id} not found")
+        rows = list(s.scalars(select(models.BootEvidence).where(
+            models.BootEvidence.machine_id == machine_id, models.BootEvidence.id > since)
+            .order_by(models.BootEvidence.id).limit(limit)))
+    return [evidence_dict(ev) for ev in rows], (rows[-1].id if rows else since)
 
 
 def machine_events(services, machine_id, since=0, limit=100):

@@ -120,7 +120,7 @@ def create(services, body):
                 claimed += s.execute(
                     update(models.Machine)
                     .where(models.Machine.id.in_(claim[start:start + 500]),
-                           models.Machine.state == "ready")
+                           models.Machine.state.in_(("ready", "enrolling")))
                     .values(state="migrating", updated_at=now)).rowcount
             if claimed != len(claim):
                 # Lost a race with another request between our read and update.
@@ -235,9 +235,7 @@ def machines(services, migration_id, state=None, limit=100, marker=-1):
                 "attempt": r.attempt, "last_error": r.last_error,
                 "started_at": iso(r.started_at), "activated_at": iso(r.activated_at),
                 "finished_at": iso(r.finished_at),
-                "evidence": None if ev is None else {
-                    "id": ev.id, "kind": ev.kind, "path": ev.path,
-                    "client_address": ev.client_address, "created_at": iso(ev.created_at)},
+                "evidence": None if ev is None else inventory.evidence_dict(ev),
                 "seconds_to_evidence": round((ev.created_at - r.activated_at).total_seconds(), 3)
                 if ev is not None and r.activated_at else None,
             })

@@ -119,6 +119,20 @@ class Services:
             for ev in unit.events:
                 self.hooks.notify("metalboot_event", event=event_dict(ev))
 
+    def write_grouped(self, work):
+        """``work(unit)`` like ``write(core=True)``, group-committed with other
+        threads' writes; returns its result once committed. ``work`` must only
+        write to the database: it may run twice (a failed batch is re-run one by
+        one)."""
+        def run(conn):
+            unit = UnitOfWork(conn)
+            return unit, work(unit)
+        unit, result = self.db.write_grouped(run)
+        if unit.events and self.hooks.has("metalboot_event"):
+            for ev in unit.events:
+                self.hooks.notify("metalboot_event", event=event_dict(ev))
+        return result
+
     def record_event(self, machine_id, kind, message, data=None, migration_id=None):
         with self.write() as unit:
             unit.event(kind, message, machine_id=machine_id, migration_id=migration_id,
@@ -191,7 +205,8 @@ def machine_info(machine, nics):
         nics=tuple(NicInfo(n.mac, n.duid, n.ipv4_address, n.ipv6_address) for n in nics),
         boot_interface=machine.boot_interface, boot_mode=machine.boot_mode,
         state=machine.state, properties=dict(machine.properties or {}),
-        token_generation=machine.token_generation)
+        token_generation=machine.token_generation,
+        prepared_interface=machine.prepared_interface)
 
 
 def partition_info(p):

@@ -36,6 +36,8 @@ class MachineInfo:
     state: str
     properties: Mapping[str, Any]
     token_generation: int
+    #: The interface the machine was last prepared for (None: never).
+    prepared_interface: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

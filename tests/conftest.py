@@ -198,6 +198,23 @@ class ServerProcess:
         return requests.request(method, self.url + path, headers=self.headers(token),
                                 timeout=60, **kw)
 
+    def wait_enrolled(self, timeout=60):
+        """Until the conductor has enrolled every registered machine; returns them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            machines, marker = [], ""
+            while True:
+                page = self.request("GET", f"/v1/machines?limit=1000{marker}").json()
+                machines += page["machines"]
+                if not page["next_marker"]:
+                    break
+                marker = f"&marker={page['next_marker']}"
+            if not any(m["state"] == "enrolling" for m in machines):
+                return machines
+            if time.monotonic() > deadline:
+                raise AssertionError(f"machines still enrolling after {timeout} s")
+            time.sleep(0.1)
+
     def stop(self, sig=None, timeout=20):
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None

@@ -111,3 +111,14 @@ def machine_events(machine_id, query):
     events, cursor = inventory.machine_events(current_services(), machine_id,
                                               since=query["since"], limit=_page_size(query))
     return jsonify({"events": events, "next_cursor": cursor})
+
+
+@bp.get("/v1/machines/<machine_id>/evidence")
+@endpoint(query=schemas.EventQuerySchema, responses={200: schemas.EvidenceListSchema},
+          tags=["machines"])
+def machine_evidence(machine_id, query):
+    """Every fetch of the machine's own artifacts and every boot report, oldest
+    first, after cursor ``since``: proof of how it booted, in or out of migrations."""
+    evidence, cursor = inventory.machine_evidence(current_services(), machine_id,
+                                                  since=query["since"], limit=_page_size(query))
+    return jsonify({"evidence": evidence, "next_cursor": cursor})

@@ -18,8 +18,8 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
 
 BOOT_MODES = ("uefi", "bios")
-SETTABLE_STATES = ("ready", "maintenance")
-MACHINE_STATES = ("ready", "migrating", "maintenance", "error")
+SETTABLE_STATES = ("ready", "maintenance", "enrolling")
+MACHINE_STATES = ("enrolling", "ready", "migrating", "maintenance", "error")
 MAX_PAGE_SIZE = 1000
 MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
@@ -234,7 +234,9 @@ class MachinePatchSchema(StrictSchema):
     boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
     state = fields.String(validate=validate.OneOf(SETTABLE_STATES), metadata={
         "description": "ready, or maintenance to keep migrations off the machine; "
-                       "setting ready clears error."})
+                       "setting ready clears error (a machine whose boot interface is "
+                       "not prepared yet becomes enrolling); enrolling asks the "
+                       "conductor to prepare its boot interface again."})
     properties = fields.Dict(keys=fields.String(), metadata={"description": "Replaces all."})
 
     @validates_schema
@@ -263,7 +265,14 @@ class MachineSchema(Schema):
     nics = fields.List(fields.Nested(NicSchema))
     boot_interface = fields.String()
     boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
-    state = fields.String(validate=validate.OneOf(MACHINE_STATES))
+    state = fields.String(validate=validate.OneOf(MACHINE_STATES), metadata={
+        "description": "enrolling until the conductor has prepared the boot interface "
+                       "(DHCP entries, BMC settings), then ready; error names its cause "
+                       "in last_error."})
+    prepared_interface = fields.String(allow_none=True, metadata={
+        "description": "The boot interface the machine is prepared for (null: not yet)."})
+    last_error = fields.String(allow_none=True, metadata={
+        "description": "Why the last enrolment failed, or why the machine is in error."})
     properties = fields.Dict()
     lock = fields.Nested(LockSchema, allow_none=True)
     migration = fields.Nested(MachineMigrationSchema, allow_none=True)
@@ -477,10 +486,18 @@ class MigrationListQuerySchema(StrictSchema):
 
 class EvidenceSchema(Schema):
     id = fields.Integer()
-    kind = fields.String()
+    interface = fields.String(metadata={"description": "The boot interface fetched through."})
+    kind = fields.String(metadata={"description": "fetch (of a per-machine artifact) or "
+                                                  "report (a boot report)."})
     path = fields.String()
     client_address = fields.String(allow_none=True)
     created_at = fields.String()
+
+
+class EvidenceListSchema(Schema):
+    evidence = fields.List(fields.Nested(EvidenceSchema))
+    next_cursor = fields.Integer(metadata={
+        "description": "Pass as since= to get the evidence recorded after this."})
 
 
 class MigrationMachineSchema(Schema):

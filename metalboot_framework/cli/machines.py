@@ -33,7 +33,8 @@ def group():
 @group.command("list")
 @click.option("--partition", help="Only machines of this partition.")
 @click.option("--boot-interface", help="Only machines on this boot interface.")
-@click.option("--state", type=click.Choice(("ready", "migrating", "maintenance", "error")))
+@click.option("--state", type=click.Choice(
+    ("enrolling", "ready", "migrating", "maintenance", "error")))
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
 @output.output_option
 @click.pass_obj

@@ -1,4 +1,4 @@
-"""The conductor: heartbeat, recovery, the scheduler of migration steps, drift checks.
+"""The conductor: heartbeat, recovery, enrolment, the scheduler of migration steps, drift.
 
 A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, func, select, update
 from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
+from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
 from metalboot_framework.store import models
 from metalboot_framework.task import BootTask
@@ -62,6 +63,7 @@ class Conductor:
         self.conf = services.conf
         self.host = services.conf.host
         self.runner = StepRunner(services, self.host)
+        self.enroller = Enroller(services, self.host)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads = []
@@ -162,7 +164,8 @@ class Conductor:
             self._stop.wait(max(0.0, min(poll, 0.05) - (time.monotonic() - started)))
 
     def tick(self):
-        """One look at every live migration."""
+        """One look at enrolling machines and at every live migration."""
+        self._enrol_waiting()
         with self.services.db.read() as s:
             live = list(s.scalars(select(models.Migration).where(
                 models.Migration.state.in_(mig.LIVE_STATES) |
@@ -195,11 +198,25 @@ class Conductor:
                 _TALLY, {"mig": migration_id})}
 
     def _submit(self, migration_id, machine_id):
+        self._start(machine_id, self.runner.run, migration_id, machine_id)
+
+    def _start(self, machine_id, work, *args):
+        """Hand work on a machine to a worker unless one already has the machine."""
         with self._in_flight_lock:
             if machine_id in self._in_flight:
                 return
             self._in_flight.add(machine_id)
-        self._pool.submit(self._work, migration_id, machine_id)
+        self._pool.submit(self._work, machine_id, work, *args)
+
+    def _enrol_waiting(self):
+        """Give enrolling machines to idle workers (never more than are idle)."""
+        with self._in_flight_lock:
+            busy = len(self._in_flight)
+        idle = self.conf.conductor.workers - busy
+        if idle <= 0:
+            return
+        for machine_id in self.enroller.waiting(idle + busy):
+            self._start(machine_id, self.enroller.run, machine_id)
 
     def _dispatch(self, migration):
         """Hand every runnable, unlocked machine to a worker (recovery after a
@@ -213,12 +230,12 @@ class Conductor:
         for (machine_id,) in rows:
             self._submit(migration.id, machine_id)
 
-    def _work(self, migration_id, machine_id):
-        """Run the machine's steps one after another while they are runnable."""
+    def _work(self, machine_id, work, *args):
+        """Run the machine's steps (or its enrolment) while they are runnable."""
         try:
-            self.runner.run(migration_id, machine_id)
+            work(*args)
         except Exception:
-            LOG.exception("step of machine %s in migration %s failed", machine_id, migration_id)
+            LOG.exception("work on machine %s failed", machine_id)
         finally:
             with self._in_flight_lock:
                 self._in_flight.discard(machine_id)

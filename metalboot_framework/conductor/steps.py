@@ -16,7 +16,7 @@ import datetime
 import logging
 import time
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
 from metalboot_framework.exceptions import BootInterfaceError
@@ -43,12 +43,19 @@ JOB = select(_MMT.c.state, _MMT.c.source_boot_interface, _MMT.c.activated_at,
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
 _SWITCH = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
-    boot_interface=bindparam("target"), state="ready", updated_at=bindparam("now"))
-_BACK_TO_READY = update(_MACHINES).where(_MACHINES.c.id == _mid,
-                                         _MACHINES.c.state == "migrating") \
-    .values(state="ready", updated_at=bindparam("now"))
+    boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
+    last_error=None, updated_at=bindparam("now"))
+# Back at rest: ready if prepared for its interface, else the conductor enrols it
+# (a machine may join a migration before it was ever enrolled).
+_BACK_TO_REST = update(_MACHINES).where(_MACHINES.c.id == _mid,
+                                        _MACHINES.c.state == "migrating") \
+    .values(state=case((_MACHINES.c.prepared_interface == _MACHINES.c.boot_interface, "ready"),
+                       else_="enrolling"), updated_at=bindparam("now"))
+# A finished rollback prepared the source again (or found it prepared).
+_SOURCE_PREPARED = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
+    prepared_interface=_MACHINES.c.boot_interface)
 _TO_ERROR = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
-    state="error", updated_at=bindparam("now"))
+    state="error", last_error=bindparam("v_last_error"), updated_at=bindparam("now"))
 _MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_interface) \
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
@@ -72,6 +79,7 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+_QUIET_STEPS = ("preparing", "activating", "awaiting_boot", "verifying")
 
 
 @dataclasses.dataclass
@@ -107,14 +115,20 @@ class StepRunner:
         """
         params = {"mid": machine_id, "host": self.host, "mig": migration_id,
                   "now": models.utcnow()}
-        with self.services.db.write_conn() as conn:
+
+        def claim(conn):
             if not conn.execute(CLAIM, params).rowcount:
                 return None
             row = conn.execute(JOB, params).first()
             if row is None or row.state not in RUNNABLE:
                 conn.execute(RELEASE, params)
                 return None
-            machine, partition = self.services.snapshot(conn, machine_id)
+            return (row,) + self.services.snapshot(conn, machine_id)
+
+        claimed = self.services.db.write_grouped(claim)
+        if claimed is None:
+            return None
+        row, machine, partition = claimed
         return Job(migration_id, machine_id, row.state, row.source_boot_interface,
                    row.target_boot_interface, row.activated_at, row.migration_state,
                    row.options, machine, partition)
@@ -138,9 +152,6 @@ class StepRunner:
                 if new not in RUNNABLE:
                     return new
                 job.state = new
-                with self.services.db.read_conn() as conn:  # cancelled meanwhile?
-                    job.migration_state = conn.execute(
-                        _MIGRATION_STATE, {"mig": migration_id}).scalar()
         finally:
             if not job.released:  # the last transition failed before releasing
                 with self.services.db.write_conn() as conn:
@@ -160,8 +171,20 @@ class StepRunner:
     def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
-        self.transition(job.migration_id, job.machine_id, job.state, new, reason, error=error,
-                        release=release, options=job.options)
+
+        def work(unit):
+            done = self.apply(unit, job.migration_id, job.machine_id, job.state, new, reason,
+                              error=error, release=release, options=job.options)
+            # whether the migration was cancelled meanwhile, for the next step
+            state = None if release else unit.session.execute(
+                _MIGRATION_STATE, {"mig": job.migration_id}).scalar()
+            return done, state
+
+        done, state = self.services.write_grouped(work)
+        if done is not None:
+            self.announce(done)
+        if state is not None:
+            job.migration_state = state
         job.released = release
         return new
 
@@ -216,6 +239,9 @@ class StepRunner:
         steps = [(job.target, "clean_up")]
         if job.activated_at is not None:
             steps += [(job.source, "prepare"), (job.source, "activate")]
+        elif job.machine.prepared_interface != job.source:
+            # joined the migration before it was enrolled: prepare it now
+            steps.append((job.source, "prepare"))
         for interface, step in steps:
             error = self._call(job, interface, step)
             if error:
@@ -240,9 +266,9 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
-        with self.services.write(core=True) as unit:
-            done = self.apply(unit, migration_id, machine_id, old, new, reason, error=error,
-                              evidence_id=evidence_id, release=release, options=options)
+        done = self.services.write_grouped(lambda unit: self.apply(
+            unit, migration_id, machine_id, old, new, reason, error=error,
+            evidence_id=evidence_id, release=release, options=options))
         if done is not None:
             self.announce(done)
         return done is not None
@@ -290,7 +316,9 @@ class StepRunner:
                        data={"old": source, "new": target, "reason": "migration"})
             machine_change = (source, target)
         elif new in ("rolled_back", "skipped", "cancelled"):
-            conn.execute(_BACK_TO_READY, params)
+            if old == "rolling_back":
+                conn.execute(_SOURCE_PREPARED, params)
+            conn.execute(_BACK_TO_REST, params)
         elif new == "rollback_failed":
             conn.execute(_TO_ERROR, params)
         return (migration_id, machine_id, old, new, reason, machine_change)
@@ -298,9 +326,11 @@ class StepRunner:
     def announce(self, done):
         """Log a committed transition and tell the hooks."""
         migration_id, machine_id, old, new, reason, machine_change = done
-        LOG.info("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
-                 reason, extra={"migration_id": migration_id, "machine_id": machine_id,
-                                "old_step": old, "step": new})
+        # Every step is an event; the log has where machines start, fail and end.
+        log = LOG.debug if new in _QUIET_STEPS else LOG.info
+        log("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
+            reason, extra={"migration_id": migration_id, "machine_id": machine_id,
+                           "old_step": old, "step": new})
         self.services.hooks.notify("metalboot_machine_step_changed", machine_id=machine_id,
                                    migration_id=migration_id, old=old, new=new, reason=reason)
         if machine_change and self.services.hooks.has("metalboot_boot_interface_changed"):

@@ -46,7 +46,11 @@ class Machine(Base):
     bmc_verify_tls: Mapped[bool] = mapped_column(Boolean, default=True)
     boot_interface: Mapped[str] = mapped_column(String(64), index=True)
     boot_mode: Mapped[str] = mapped_column(String(8), default="uefi")
-    state: Mapped[str] = mapped_column(String(32), default="ready", index=True)
+    state: Mapped[str] = mapped_column(String(32), default="enrolling", index=True)
+    # The interface the machine's DHCP entries / BMC settings were last prepared
+    # for; differs from boot_interface until the conductor has enrolled it.
+    prepared_interface: Mapped[str | None] = mapped_column(String(64))
+    last_error: Mapped[str | None] = mapped_column(Text)
     properties: Mapped[dict] = mapped_column(JSON, default=dict)
     # Lock: the conductor (or API process) that holds the machine, and since when.
     reservation: Mapped[str | None] = mapped_column(String(255))

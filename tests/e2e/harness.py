@@ -508,6 +508,28 @@ class Harness:
                  "properties": {"redfish_system_id": m.id}} for m in machines]
         return self.api("POST", "/v1/machines", expect=201, json=body)
 
+    def wait_enrolled(self, machines=None, timeout=60):
+        """Until metalboot has prepared the machines' boot interface; their records."""
+        machines = machines or self.machines
+        deadline = time.monotonic() + timeout
+        while True:
+            records = {m.id: self.machine(m) for m in machines}
+            if not any(r["state"] == "enrolling" for r in records.values()):
+                return records
+            if time.monotonic() > deadline:
+                raise HarnessError(f"machines still enrolling after {timeout} s: {records}")
+            time.sleep(0.2)
+
+    def power_on(self, machine):
+        """What an operator does to a machine that is off: Redfish Reset On at its BMC
+        (no boot override: the firmware's own boot order, CD-ROM then PXEv4)."""
+        r = requests.post(f"{machine.bmc_local_url}/redfish/v1/Systems/{machine.id}/Actions/"
+                          f"ComputerSystem.Reset", json={"ResetType": "On"},
+                          auth=(BMC_USER, BMC_PASSWORD), timeout=30)
+        if r.status_code >= 400:
+            raise HarnessError(f"{machine.name}: BMC refused Reset On: {r.status_code} "
+                               f"{r.text[:200]}")
+
     def migrate(self, target, machines=None, boot_timeout=180, **options):
         machines = machines or self.machines
         body = {"selector": {"machines": [m.id for m in machines]}, "boot_interface": target,

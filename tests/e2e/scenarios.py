@@ -22,13 +22,10 @@ FIRST_FETCH = {
     "dhcp-httpboot": "ipxe.efi",                 # the firmware GETs DHCPv6 option 59
 }
 
-#: Machines are registered on ``fake`` (metalboot's simulated interface: no DHCP
-#: entries, no BMC call), i.e. as machines metalboot has not booted yet.
-#: Registering on ``pxe`` would write no DHCP entries either (a boot interface
-#: writes them in ``prepare``, which only a migration or a rollback calls), so the
-#: first step of the chain migrates them to pxe.
-REGISTERED_ON = "fake"
-CHAIN = ["pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot"]
+#: Machines are registered on ``pxe``: metalboot enrols them (writes their DHCP
+#: entries) and the operator powers them on; they boot by PXE, then migrate.
+REGISTERED_ON = "pxe"
+CHAIN = ["redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot"]
 BROKEN = "e2e-http-url-404"
 
 
@@ -107,12 +104,42 @@ def check_first_fetch(rows, per, target):
                                  f"the firmware's first fetch {expected}", rows)
 
 
-def pxe_smoke(h):
-    """One machine, registered but never booted, migrated to pxe."""
-    h.register(REGISTERED_ON)
-    per, rows = migrate(h, "pxe", "migrate")
-    check_first_fetch(rows, per, "pxe")
+def enrol_and_boot(h, interface=REGISTERED_ON, timeout=180):
+    """Register the machines on ``interface``, wait until metalboot has enrolled them,
+    power them on at their BMCs (no override) and wait for each one's first fetch."""
+    h.register(interface)
+    records = h.wait_enrolled()
+    rows = []
+    for m in h.machines:
+        record = records[m.id]
+        if (record["state"], record["prepared_interface"]) != ("ready", interface):
+            raise ScenarioFailed(f"{m.name} not enrolled on {interface}: {record['state']}, "
+                                 f"{record['last_error']}", rows, h, m)
+    t0 = time.time()
+    for m in h.machines:
+        h.power_on(m)
+    for m in h.machines:
+        start = _first_start(m, t0)
+        if start is None:
+            raise ScenarioFailed(f"{m.name}: the BMC did not start the machine", rows, h, m)
+        ev = h.wait_evidence(m, interface, since=start, timeout=timeout)
+        listed = h.api("GET", f"/v1/machines/{m.id}/evidence")["evidence"]
+        if ev["id"] not in [e["id"] for e in listed]:
+            raise ScenarioFailed(f"{m.name}: evidence {ev['id']} not in the API's list", rows,
+                                 h, m)
+        rows.append(Row(f"registered on {interface}, powered on", interface, m.name,
+                        "booted", None, round(ev["time"] - start, 1),
+                        f"{ev['path']} from {ev['client_address']}",
+                        "firmware boot order, no override"))
+        if ev["path"] != FIRST_FETCH[interface]:
+            raise ScenarioFailed(f"{m.name}: first fetch is {ev['path']}, expected "
+                                 f"{FIRST_FETCH[interface]}", rows, h, m)
     return rows
+
+
+def pxe_smoke(h):
+    """One machine registered on pxe and powered on: OVMF PXEv4 -> TFTP -> iPXE -> boot.ipxe."""
+    return enrol_and_boot(h, "pxe")
 
 
 def single_path(h, target, source=REGISTERED_ON):
@@ -126,9 +153,9 @@ def single_path(h, target, source=REGISTERED_ON):
 
 
 def migration_chain(h, broken_timeout=60):
-    """pxe -> virtual media -> HTTP URL -> DHCP HTTP boot -> broken (404) and back."""
-    h.register(REGISTERED_ON)
-    rows = []
+    """Registered on pxe and PXE-booted, then -> virtual media -> HTTP URL -> DHCP HTTP
+    boot -> broken (404) and back."""
+    rows = enrol_and_boot(h, REGISTERED_ON)
     for target in CHAIN:
         per, step_rows = migrate(h, target, f"migrate to {target}")
         rows += step_rows

@@ -14,18 +14,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_pxe_smoke(boot_network, e2e_report):
-    """One machine migrated to pxe: OVMF PXEv4 -> dnsmasq TFTP snponly.efi -> iPXE -> boot.ipxe.
+    """One machine registered on pxe (metalboot writes its DHCP entries at enrolment)
+    and powered on: OVMF PXEv4 -> dnsmasq TFTP snponly.efi -> iPXE -> boot.ipxe.
 
     Small enough for every CI run (one firmware boot, about 20 s on TCG).
     """
     h = boot_network(machines=1)
     rows = scenarios.pxe_smoke(h)
     e2e_report(rows)
-    assert [r.outcome for r in rows] == ["done"]
+    assert [(r.outcome, r.evidence.split()[0]) for r in rows] == [("booted", "boot.ipxe")]
 
 
 def test_migration_chain_and_rollback(boot_network, e2e_report):
-    """Two machines: PXE boot, then migrations to redfish-virtual-media-ipxe,
+    """Two machines registered on pxe and powered on boot by PXE; then migrations to
+    redfish-virtual-media-ipxe,
     redfish-http-url and dhcp-httpboot, each proven by a fresh fetch, then a
     migration to a path whose artifact answers 404 rolls back and the machines
     boot through dhcp-httpboot again (firmware fetch of ipxe.efi, then iPXE's
@@ -41,6 +43,7 @@ def test_migration_chain_and_rollback(boot_network, e2e_report):
     by_step = {}
     for r in rows:
         by_step.setdefault(r.step, []).append(r.outcome)
+    assert by_step["registered on pxe, powered on"] == ["booted", "booted"]
     assert by_step["migrate to redfish-virtual-media-ipxe"] == ["done", "done"]
     assert by_step["migrate to redfish-http-url"] == ["done", "done"]
     assert by_step["migrate to dhcp-httpboot"] == ["done", "done"]

@@ -20,11 +20,21 @@ def server(server_factory):
     return server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
 
 
-def setup_machines(server, count, **extra):
+def setup_machines(server, count, properties=None, **extra):
+    """Register and enrol machines; ``fake_fail`` in ``properties`` is set only
+    afterwards (a BMC that breaks after enrolment), so that it hits the migration."""
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
-    bodies = [machine_body(i, **extra) for i in range(count)]
+    properties = dict(properties or {})
+    fail = properties.pop("fake_fail", None)
+    bodies = [machine_body(i, properties=properties, **extra) for i in range(count)]
     r = server.request("POST", "/v1/machines", json=bodies)
     assert r.status_code == 201, r.text
+    machines = server.wait_enrolled()
+    assert all(m["state"] == "ready" for m in machines), machines
+    for b in bodies if fail else ():
+        r = server.request("PATCH", f"/v1/machines/{b['id']}",
+                           json={"properties": dict(properties, fake_fail=fail)})
+        assert r.status_code == 200, r.text
     return [b["id"] for b in bodies]
 
 
@@ -67,10 +77,11 @@ def steps_of(server, machine_id):
 
 
 def fake_calls(server, machine_id):
+    """The fake plugin's calls in migrations (not those of the enrolment)."""
     events = server.request("GET", f"/v1/machines/{machine_id}/events",
                             params={"limit": 1000}).json()["events"]
     return [(e["kind"].split(".", 1)[1], e["data"]["interface"]) for e in events
-            if e["kind"].startswith("fake.")]
+            if e["kind"].startswith("fake.") and e["migration_id"]]
 
 
 def test_happy_path_by_fetch_and_by_report(server):

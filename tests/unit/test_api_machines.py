@@ -16,7 +16,7 @@ def test_register_one_and_get(api, partition):
     assert m["nics"][0]["mac"] == "52:54:00:aa:bb:01"  # normalised
     assert m["nics"][0]["duid"] == "00:01:00:01:2a:3b:4c:5d:52:54:00:aa:bb:01"
     assert m["boot_interface"] == "fake"  # the default
-    assert m["state"] == "ready"
+    assert m["state"] == "enrolling" and m["prepared_interface"] is None  # no conductor
     assert m["bmc"] == {"address": "https://127.0.0.1:8000", "username": "root",
                         "verify_tls": True, "password_set": True}
     assert api.get(f"/v1/machines/{m['id']}").json == m
@@ -132,7 +132,7 @@ def test_list_filters_and_pagination(api, partition):
     assert seen == sorted(b["id"] for b in bodies)
     p1 = api.get("/v1/machines?partition=p1&limit=100").json["machines"]
     assert len(p1) == 13 and {m["partition"] for m in p1} == {"p1"}
-    assert api.get("/v1/machines?boot_interface=fake&state=ready").json["machines"]
+    assert api.get("/v1/machines?boot_interface=fake&state=enrolling").json["machines"]
     assert api.get("/v1/machines?state=migrating").json["machines"] == []
     for bad, field in [("limit=0", "limit"), ("limit=x", "limit"), ("limit=100000", "limit"),
                        ("state=bogus", "state"), ("color=red", "color")]:

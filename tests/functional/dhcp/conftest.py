@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -369,3 +370,69 @@ def make_task(services):
         return services.task(machine_id, interface)
 
     return make
+
+
+#: dhcp_client.py's main() for one JSON argv per stdin line, in one process: the
+#: scapy import (over a second) is paid once, not per DHCP request.
+WORKER = """
+import json, sys, traceback
+sys.path.insert(0, sys.argv[1])
+import dhcp_client
+for line in sys.stdin:
+    try:
+        dhcp_client.main(json.loads(line))
+    except BaseException:
+        print(json.dumps({"worker_error": traceback.format_exc()}))
+    sys.stdout.flush()
+"""
+
+
+class DhcpClients:
+    """dhcp_client.py run in the client namespace, one request at a time (the
+    DHCPv6 client binds [fe80::c1]:546); same calls as TestNet's."""
+
+    def __init__(self, net):
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", net.client, sys.executable, "-c", WORKER, HERE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+
+    def dhcp(self, *args):
+        with self.lock:
+            self.proc.stdin.write(json.dumps([str(a) for a in args]) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"dhcp_client worker exited ({self.proc.poll()})")
+        answer = json.loads(line)
+        if isinstance(answer, dict) and "worker_error" in answer:
+            raise RuntimeError(f"dhcp_client {args} failed: {answer['worker_error']}")
+        return answer
+
+    def v4(self, mac, **kw):
+        args = ["v4", "cli0", mac]
+        for key, value in kw.items():
+            args += [f"--{key.replace('_', '-')}", value]
+        return self.dhcp(*args)
+
+    def v6(self, mac, duid=None, http_client=True):
+        return self.dhcp("v6", "cli0", mac, *(["--duid", duid] if duid else []),
+                         *(["--http-client"] if http_client else []))
+
+    def stop(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def clients(net):
+    workers = DhcpClients(net)
+    try:
+        yield workers
+    finally:
+        workers.stop()

@@ -1,0 +1,114 @@
+"""Enrolment: make a machine at rest bootable through its boot interface.
+
+A machine registered on ``pxe`` needs its DHCP entries before it can PXE boot;
+one whose boot interface was changed through the API needs the old interface's
+traces removed and the new one prepared. Such a machine is ``enrolling``; the
+conductor takes its lock, cleans up the interface it was prepared for (if
+another), validates and prepares the current one, and sets it ``ready`` -- or
+``error`` with ``last_error``, for an operator to fix and set ``enrolling``
+again. Enrolment never resets a machine: it boots the new way at its next boot.
+
+A migration may take an enrolling machine; the enrolment then steps back (the
+migration prepares what it needs, and its rollback prepares the source).
+"""
+
+import logging
+
+from sqlalchemy import bindparam, select, update
+
+from metalboot_framework.exceptions import BootInterfaceError
+from metalboot_framework.store import models
+from metalboot_framework.task import BootTask
+
+LOG = logging.getLogger(__name__)
+
+_M = models.Machine.__table__
+_mid = bindparam("mid")
+CLAIM = update(_M).where(_M.c.id == _mid, _M.c.reservation.is_(None),
+                         _M.c.state == "enrolling") \
+    .values(reservation=bindparam("host"), reserved_at=bindparam("now"))
+RELEASE = update(_M).where(_M.c.id == _mid, _M.c.reservation == bindparam("host")) \
+    .values(reservation=None, reserved_at=None)
+PREPARED = update(_M).where(_M.c.id == _mid).values(prepared_interface=bindparam("iface"))
+FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
+                          _M.c.boot_interface == bindparam("iface")) \
+    .values(state=bindparam("state"), last_error=bindparam("error"),
+            updated_at=bindparam("now"))
+WAITING = select(_M.c.id).where(_M.c.state == "enrolling", _M.c.reservation.is_(None)) \
+    .order_by(_M.c.created_at, _M.c.id).limit(bindparam("n"))
+
+
+class Enroller:
+    """Enrols one machine at a time; any number of them run in the worker pool."""
+
+    def __init__(self, services, host):
+        self.services = services
+        self.host = host
+
+    def waiting(self, limit):
+        """Ids of enrolling machines nobody holds, oldest first."""
+        with self.services.db.read_conn() as conn:
+            return [row.id for row in conn.execute(WAITING, {"n": limit})]
+
+    def run(self, machine_id):
+        """Enrol the machine if it is still enrolling and unlocked; returns its new
+        state, or None if someone else had it."""
+        params = {"mid": machine_id, "host": self.host, "now": models.utcnow()}
+        with self.services.db.write_conn() as conn:
+            if not conn.execute(CLAIM, params).rowcount:
+                return None
+            machine, partition = self.services.snapshot(conn, machine_id)
+        try:
+            return self._enrol(machine, partition)
+        finally:
+            with self.services.db.write_conn() as conn:
+                conn.execute(RELEASE, params)
+
+    def _call(self, machine, partition, interface, step):
+        try:
+            iface = self.services.interfaces.get(interface)
+            getattr(iface, step)(BootTask(self.services, machine, partition, interface))
+        except BootInterfaceError as exc:
+            return f"{interface} {step}: {exc.message}"
+        except Exception as exc:  # a plugin bug fails the enrolment, not the conductor
+            LOG.exception("boot interface %s failed in %s of machine %s", interface, step,
+                          machine.id)
+            return f"{interface} {step}: {type(exc).__name__}: {exc}"
+        return None
+
+    def _enrol(self, machine, partition):
+        target, previous = machine.boot_interface, machine.prepared_interface
+        error = None
+        if target not in self.services.interfaces:
+            error = f"its boot interface {target} is not enabled"
+        if error is None and previous and previous != target \
+                and previous in self.services.interfaces:
+            error = self._call(machine, partition, previous, "clean_up")
+        cleaned = error is None and previous != target
+        if error is None:
+            error = self._call(machine, partition, target, "validate") or \
+                self._call(machine, partition, target, "prepare")
+        new = "error" if error else "ready"
+        with self.services.write(core=True) as unit:
+            conn = unit.session
+            if error is None:
+                conn.execute(PREPARED, {"mid": machine.id, "iface": target})
+            elif cleaned:
+                conn.execute(PREPARED, {"mid": machine.id, "iface": None})
+            finished = conn.execute(FINISH, {
+                "mid": machine.id, "iface": target, "state": new, "error": error,
+                "now": models.utcnow()}).rowcount
+            if finished:
+                message = f"enrolment on {target} failed: {error}" if error else \
+                    f"enrolled: prepared for {target}" + (
+                        f" ({previous} cleaned up)" if previous and previous != target else "")
+                unit.event("machine.enrolment_failed" if error else "machine.enrolled",
+                           message, machine_id=machine.id,
+                           data={"boot_interface": target, "previous": previous,
+                                 "error": error})
+        if not finished:
+            return None  # a migration took it, or its interface changed meanwhile
+        log = LOG.warning if error else LOG.info
+        log("machine %s: %s", machine.id, f"enrolment on {target} failed: {error}" if error
+            else f"enrolled on {target}", extra={"machine_id": machine.id})
+        return new
