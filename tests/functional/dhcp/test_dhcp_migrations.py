@@ -286,7 +286,7 @@ ipxe_efi_path = {efi}
 
     simulator = DhcpMachineSimulator(server, clients, machines, tmp_path / "tftp-got")
     with simulator as sim:
-        # -- 0. onto pxe (registration writes no DHCP entries; a migration does) -------
+        # -- 0. fake -> pxe: the migration writes the DHCP entries -------------------
         m0 = wait_for(server, migrate(server, ids, target=PXE, max_parallel=3,
                                       boot_timeout=30)["id"])
         sim.settle()
