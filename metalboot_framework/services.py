@@ -14,6 +14,7 @@ from metalboot_framework import loader
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
+from metalboot_framework.store.group_commit import GroupCommitter
 from metalboot_framework.store import models
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
 from metalboot_framework.tokens import TokenSigner
@@ -25,6 +26,7 @@ TEMPLATE_DIR = os.path.join(os.path.dirname(__file__), "templates")
 
 EVENTS = models.Event.__table__
 _EVENT_INSERT = EVENTS.insert().returning(EVENTS.c.id)
+_EVENTS_INSERT_MANY = EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True)
 _M, _N, _P = models.Machine.__table__, models.Nic.__table__, models.Partition.__table__
 _MACHINE_BY_ID = sqlalchemy.select(_M).where(_M.c.id == sqlalchemy.bindparam("id"))
 _NICS_BY_MACHINE = sqlalchemy.select(_N).where(_N.c.machine_id == sqlalchemy.bindparam("id")) \
@@ -35,18 +37,30 @@ _PARTITION_BY_ID = sqlalchemy.select(_P).where(_P.c.id == sqlalchemy.bindparam("
 class UnitOfWork:
     """A write transaction, and the events it appends (for hooks, after commit)."""
 
-    def __init__(self, session):
+    def __init__(self, session, defer_events=False):
         self.session = session
         self.events = []
+        self.defer_events = defer_events  # inserted by insert_events(), ids then
 
     def event(self, kind, message, machine_id=None, migration_id=None, data=None):
         # A plain INSERT ... RETURNING: the ORM's flush costs more than the write.
         row = {"kind": kind, "message": message, "machine_id": machine_id,
                "migration_id": migration_id, "data": data, "created_at": models.utcnow()}
-        row["id"] = self.session.execute(_EVENT_INSERT, row).scalar_one()
+        row["id"] = None if self.defer_events else \
+            self.session.execute(_EVENT_INSERT, row).scalar_one()
         ev = types.SimpleNamespace(**row)
         self.events.append(ev)
         return ev
+
+
+def insert_events(conn, units):
+    """The deferred events of ``units``, in order, with one multi-row INSERT."""
+    pending = [ev for unit in units for ev in unit.events if ev.id is None]
+    if pending:
+        ids = conn.execute(_EVENTS_INSERT_MANY, [
+            {k: v for k, v in vars(ev).items() if k != "id"} for ev in pending]).scalars()
+        for ev, event_id in zip(pending, ids, strict=True):
+            ev.id = event_id
 
 
 def event_dict(ev):
@@ -63,6 +77,9 @@ class Services:
         self.interfaces = interfaces
         self.hooks = hooks
         self.tokens = tokens
+        # One writer thread commits many threads' small transactions together.
+        self._group = GroupCommitter(db.write_conn, finish=lambda conn, done: insert_events(
+            conn, [unit for unit, _ in done]))
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if conf.artifacts.template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
@@ -123,11 +140,11 @@ class Services:
         """``work(unit)`` like ``write(core=True)``, group-committed with other
         threads' writes; returns its result once committed. ``work`` must only
         write to the database: it may run twice (a failed batch is re-run one by
-        one)."""
+        one). Its events get their ids at the end of the batch."""
         def run(conn):
-            unit = UnitOfWork(conn)
+            unit = UnitOfWork(conn, defer_events=True)
             return unit, work(unit)
-        unit, result = self.db.write_grouped(run)
+        unit, result = self._group.run(run)
         if unit.events and self.hooks.has("metalboot_event"):
             for ev in unit.events:
                 self.hooks.notify("metalboot_event", event=event_dict(ev))

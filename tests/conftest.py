@@ -215,6 +215,26 @@ class ServerProcess:
                 raise AssertionError(f"machines still enrolling after {timeout} s")
             time.sleep(0.1)
 
+    def register_enrolled(self, bodies):
+        """Register machines and wait until they are enrolled; a ``fake_fail`` in their
+        properties is set only afterwards (a BMC that breaks after enrolment), so
+        that it fails the migration, not the enrolment. Returns their ids."""
+        plain = []
+        for body in bodies:
+            props = dict(body.get("properties") or {})
+            props.pop("fake_fail", None)
+            plain.append(dict(body, properties=props))
+        r = self.request("POST", "/v1/machines", json=plain)
+        assert r.status_code == 201, r.text
+        enrolled = {m["id"]: m for m in self.wait_enrolled()}
+        for body in bodies:
+            assert enrolled[body["id"]]["state"] == "ready", enrolled[body["id"]]
+            if (body.get("properties") or {}).get("fake_fail"):
+                r = self.request("PATCH", f"/v1/machines/{body['id']}",
+                                 json={"properties": body["properties"]})
+                assert r.status_code == 200, r.text
+        return [b["id"] for b in bodies]
+
     def stop(self, sig=None, timeout=20):
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None

@@ -208,27 +208,39 @@ class Conductor:
             self._in_flight.add(machine_id)
         self._pool.submit(self._work, machine_id, work, *args)
 
+    def _idle_workers(self):
+        with self._in_flight_lock:
+            return self.conf.conductor.workers - len(self._in_flight)
+
     def _enrol_waiting(self):
         """Give enrolling machines to idle workers (never more than are idle)."""
-        with self._in_flight_lock:
-            busy = len(self._in_flight)
-        idle = self.conf.conductor.workers - busy
+        idle = self._idle_workers()
         if idle <= 0:
             return
-        for machine_id in self.enroller.waiting(idle + busy):
+        for machine_id in self.enroller.waiting(self.conf.conductor.workers):
             self._start(machine_id, self.enroller.run, machine_id)
+            idle -= 1
+            if idle <= 0:
+                break
 
     def _dispatch(self, migration):
-        """Hand every runnable, unlocked machine to a worker (recovery after a
+        """Hand runnable, unlocked machines to idle workers (recovery after a
         restart, or steps another conductor left behind)."""
+        idle = self._idle_workers()
+        if idle <= 0:
+            return
         with self.services.db.read() as s:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
                 .where(MM.migration_id == migration.id, MM.state.in_(RUNNABLE),
                        models.Machine.reservation.is_(None))
-                .order_by(MM.position)).all()
+                .order_by(MM.position).limit(idle + len(self._in_flight))).all()
         for (machine_id,) in rows:
-            self._submit(migration.id, machine_id)
+            if idle <= 0:
+                break
+            if machine_id not in self._in_flight:
+                self._submit(migration.id, machine_id)
+                idle -= 1
 
     def _work(self, machine_id, work, *args):
         """Run the machine's steps (or its enrolment) while they are runnable."""
@@ -242,13 +254,20 @@ class Conductor:
             self._wake.set()
 
     def _start_queued(self, migration, tally):
-        """queued -> validating for as many machines as max_parallel allows.
+        """queued -> validating for as many machines as max_parallel and this
+        conductor's idle workers allow.
 
         Counting and starting happen in one transaction that holds the
         migration's row lock, so conductors sharing a database never start more
         than max_parallel machines between them.
         """
         if not any(n for (state, _), n in tally.items() if state == "queued"):
+            return
+        # Take only what this conductor's workers can run now: machines started
+        # but waiting in a queue would hold max_parallel slots that another
+        # conductor's idle workers could use.
+        idle = self._idle_workers()
+        if idle <= 0:
             return
         options = migration.options
         started = []
@@ -258,7 +277,7 @@ class Conductor:
             tally = {(state, bool(canary)): n for state, canary, n in conn.execute(
                 _TALLY, {"mig": migration.id})}
             in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
-            capacity = options["max_parallel"] - in_flight
+            capacity = min(options["max_parallel"] - in_flight, idle)
             if capacity <= 0:
                 return
             canaries_open = sum(n for (state, canary), n in tally.items()

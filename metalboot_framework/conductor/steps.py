@@ -79,7 +79,6 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
-_QUIET_STEPS = ("preparing", "activating", "awaiting_boot", "verifying")
 
 
 @dataclasses.dataclass
@@ -125,7 +124,7 @@ class StepRunner:
                 return None
             return (row,) + self.services.snapshot(conn, machine_id)
 
-        claimed = self.services.db.write_grouped(claim)
+        claimed = self.services.write_grouped(lambda unit: claim(unit.session))
         if claimed is None:
             return None
         row, machine, partition = claimed
@@ -326,11 +325,9 @@ class StepRunner:
     def announce(self, done):
         """Log a committed transition and tell the hooks."""
         migration_id, machine_id, old, new, reason, machine_change = done
-        # Every step is an event; the log has where machines start, fail and end.
-        log = LOG.debug if new in _QUIET_STEPS else LOG.info
-        log("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
-            reason, extra={"migration_id": migration_id, "machine_id": machine_id,
-                           "old_step": old, "step": new})
+        LOG.info("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
+                 reason, extra={"migration_id": migration_id, "machine_id": machine_id,
+                                "old_step": old, "step": new})
         self.services.hooks.notify("metalboot_machine_step_changed", machine_id=machine_id,
                                    migration_id=migration_id, old=old, new=new, reason=reason)
         if machine_change and self.services.hooks.has("metalboot_boot_interface_changed"):

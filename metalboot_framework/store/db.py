@@ -16,8 +16,6 @@ import sqlalchemy
 from sqlalchemy import event as sa_event
 from sqlalchemy.orm import sessionmaker
 
-from metalboot_framework.store.group_commit import GroupCommitter
-
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 
 
@@ -40,7 +38,6 @@ class Database:
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.is_sqlite else None
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
-        self._group = GroupCommitter(self.write_conn)
 
     def _sqlite_engine(self, immediate):
         # Keep connections open: the conductor's workers and the API's threads
@@ -94,11 +91,6 @@ class Database:
         session's bookkeeping costs more than the statements."""
         with self._writer(), self.write_engine.begin() as conn:
             yield conn
-
-    def write_grouped(self, work):
-        """``work(conn)`` in a write transaction shared with other threads' work
-        (group commit); returns its result once committed."""
-        return self._group.run(work)
 
     @contextlib.contextmanager
     def read_conn(self):

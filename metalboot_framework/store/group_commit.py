@@ -22,8 +22,9 @@ LOG = logging.getLogger(__name__)
 class GroupCommitter:
     """Runs ``work(conn)`` callables in shared write transactions of ``connect()``."""
 
-    def __init__(self, connect, max_batch=256, name="group-commit"):
+    def __init__(self, connect, finish=None, max_batch=256, name="group-commit"):
         self._connect = connect  # () -> context manager yielding a connection in a txn
+        self._finish = finish  # (conn, results) -> None, last in every transaction
         self._queue = queue.SimpleQueue()
         self._max_batch = max_batch
         self._name = name
@@ -34,7 +35,10 @@ class GroupCommitter:
         """Run ``work(conn)`` in a write transaction; its result once committed."""
         if threading.current_thread() is self._thread:
             with self._connect() as conn:  # nested use from inside a batch
-                return work(conn)
+                result = work(conn)
+                if self._finish is not None:
+                    self._finish(conn, [result])
+                return result
         future = concurrent.futures.Future()
         self._queue.put((work, future))
         self._ensure_thread()
@@ -62,6 +66,8 @@ class GroupCommitter:
         try:
             with self._connect() as conn:
                 results = [work(conn) for work, _ in batch]
+                if self._finish is not None:
+                    self._finish(conn, results)
         except Exception as exc:
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)

@@ -20,22 +20,10 @@ def server(server_factory):
     return server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
 
 
-def setup_machines(server, count, properties=None, **extra):
-    """Register and enrol machines; ``fake_fail`` in ``properties`` is set only
-    afterwards (a BMC that breaks after enrolment), so that it hits the migration."""
+def setup_machines(server, count, **extra):
+    """Register and enrol machines (see ServerProcess.register_enrolled)."""
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
-    properties = dict(properties or {})
-    fail = properties.pop("fake_fail", None)
-    bodies = [machine_body(i, properties=properties, **extra) for i in range(count)]
-    r = server.request("POST", "/v1/machines", json=bodies)
-    assert r.status_code == 201, r.text
-    machines = server.wait_enrolled()
-    assert all(m["state"] == "ready" for m in machines), machines
-    for b in bodies if fail else ():
-        r = server.request("PATCH", f"/v1/machines/{b['id']}",
-                           json={"properties": dict(properties, fake_fail=fail)})
-        assert r.status_code == 200, r.text
-    return [b["id"] for b in bodies]
+    return server.register_enrolled([machine_body(i, **extra) for i in range(count)])
 
 
 def migrate(server, ids, target="fake-alt", **options):

@@ -15,9 +15,7 @@ AUTOBOOT = {"fake_autoboot": True}
 def register(server, *bodies):
     if server.request("GET", "/v1/partitions/p1").status_code == 404:
         assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
-    r = server.request("POST", "/v1/machines", json=list(bodies))
-    assert r.status_code == 201, r.text
-    return [b["id"] for b in bodies]
+    return server.register_enrolled(list(bodies))
 
 
 def create(mb, ids, *extra):
