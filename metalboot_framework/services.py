@@ -28,10 +28,11 @@ EVENTS = models.Event.__table__
 _EVENT_INSERT = EVENTS.insert().returning(EVENTS.c.id)
 _EVENTS_INSERT_MANY = EVENTS.insert().returning(EVENTS.c.id, sort_by_parameter_order=True)
 _M, _N, _P = models.Machine.__table__, models.Nic.__table__, models.Partition.__table__
-_MACHINE_BY_ID = sqlalchemy.select(_M).where(_M.c.id == sqlalchemy.bindparam("id"))
+# The machine and its partition in one query (partition columns prefixed p_).
+_MACHINE_BY_ID = sqlalchemy.select(_M, *[c.label("p_" + c.name) for c in _P.c]) \
+    .join(_P, _P.c.id == _M.c.partition_id).where(_M.c.id == sqlalchemy.bindparam("id"))
 _NICS_BY_MACHINE = sqlalchemy.select(_N).where(_N.c.machine_id == sqlalchemy.bindparam("id")) \
     .order_by(_N.c.position)
-_PARTITION_BY_ID = sqlalchemy.select(_P).where(_P.c.id == sqlalchemy.bindparam("id"))
 
 
 class UnitOfWork:
@@ -205,7 +206,8 @@ class Services:
         if machine is None:
             raise NotFound(f"machine {machine_id} not found")
         nics = conn.execute(_NICS_BY_MACHINE, {"id": machine_id}).all()
-        partition = conn.execute(_PARTITION_BY_ID, {"id": machine.partition_id}).first()
+        partition = types.SimpleNamespace(**{
+            k[2:]: v for k, v in machine._mapping.items() if k.startswith("p_")})
         return machine_info(machine, nics), partition_info(partition)
 
     def task(self, machine_id, interface, migration_id=None):
