@@ -1,22 +1,31 @@
 """Boot storm: 10,000 machines fetch their boot.ipxe, then the partition ISO in ranges.
 
+Compared: metalboot-boot-server (the asyncio artifact server, one process, on
+the SQLite database of a metalboot-server that registered the machines and
+whose ``[api] public_url`` points at it) against nginx (Debian
+``nginx-light``, one worker process, started from a config in a temporary
+directory, 127.0.0.1 only) serving the very same bytes as static files at the
+same paths. ``--also-api`` measures metalboot-server's own artifact endpoints
+(Flask on waitress) as a third server, the figures before the boot server.
+
 The load generator is wrk (Debian package ``wrk``, C, epoll) with a Lua script
-that rotates over the URLs, 500 connections on 2 threads. It runs twice per
-workload, against metalboot's artifact server and against nginx (Debian
-``nginx-light``, one worker process -- metalboot is one process too -- started
-from a config in a temporary directory, 127.0.0.1 only) serving the very same
-bytes as static files at the same paths:
+that rotates over the URLs, 500 connections on 2 threads:
 
 - scripts: GET /boot/<machine>/<iface>/<token>/boot.ipxe over all 10,000
-  machines (metalboot renders each and records the fetch as boot evidence;
-  nginx serves the rendered files written to disk first);
+  machines (metalboot checks the token, renders each machine's script from a
+  snapshot cached ``[boot_server] cache_ttl`` = 1 s and answers once the fetch
+  is committed as boot evidence; nginx serves the rendered files written to
+  disk first);
 - ISO: GET /boot/partitions/<partition>/<iface>/<name> with ``Range:`` headers
-  of ``--range-kib`` KiB each, over the whole image, as a BMC reads it.
+  of ``--range-kib`` KiB each, over the whole image, as a BMC reads it
+  (metalboot: aiohttp's FileResponse, sendfile).
 
 Printed per run: requests/s, MB/s, p50/p99 latency (wrk's own histogram),
 errors, and the CPU the server and the load generator used (in cores), so
-that a saturated load generator would show. Targets: metalboot >= 0.25x nginx
-requests/s for rendered scripts, >= 0.6x nginx MB/s for ISO bytes.
+that a saturated load generator would show; then the evidence rows the boot
+server committed during the scripts run and in how many transactions (each
+answered fetch has its row). Targets: metalboot >= 0.25x nginx requests/s for
+rendered scripts, >= 0.6x nginx MB/s for ISO bytes.
 """
 
 import argparse
@@ -25,14 +34,16 @@ import json
 import os
 import resource
 import shutil
+import re
 import subprocess
+import sys
 import tempfile
 
 import requests
 
 from benchmarks.common import (SUMMARY_HEADER, MetalbootServer, cpu_seconds, fmt, free_port,
                                loadavg, mac, machine_id, machine_tokens, partition_iso, table,
-                               verdict, wait_http)
+                               verdict, wait_http, wait_log)
 
 IFACE = "redfish-virtual-media-ipxe"
 IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
@@ -183,10 +194,49 @@ def measure(name, base_url, pids, paths_file, lua, connections, duration, range_
             "wrk_cores": r["cpu"] / seconds}
 
 
+class BootServer(MetalbootServer):
+    """metalboot-boot-server with the configuration file of ``server`` (stopped
+    like a MetalbootServer; its directory stays the server's)."""
+
+    def __init__(self, server, port):  # not super().__init__: that starts metalboot-server
+        self._own_dir = False
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = os.path.join(server.dir, "boot-server.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "metalboot_framework.cmd.boot_server", "--config-file",
+             server.conf_path], stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_log(self.log_path, "listening on", self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def committed(self):
+        """(evidence rows, transactions) so far, from the server's log at exit."""
+        with open(self.log_path, errors="replace") as f:
+            found = re.findall(r"boot evidence committed: (\d+) rows in (\d+) transactions",
+                               f.read())
+        return tuple(int(x) for x in found[-1]) if found else (0, 0)
+
+
+def evidence_count(server):
+    from metalboot_framework.store.db import Database
+    db = Database(f"sqlite:///{os.path.join(server.dir, 'state', 'metalboot.sqlite')}")
+    try:
+        with db.read_conn() as conn:
+            return conn.exec_driver_sql("SELECT count(*) FROM boot_evidence").scalar()
+    finally:
+        db.dispose()
+
+
 def setup_metalboot(count):
-    server = MetalbootServer(extra_conf=(
+    boot_port = free_port()
+    boot_url = f"http://127.0.0.1:{boot_port}"
+    server = MetalbootServer(public_url=boot_url, extra_conf=(
         f"enabled_boot_interfaces = fake,{IFACE}\n[conductor]\ndrift_check_interval = 0\n"
-        f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"))
+        f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"
+        f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n"))
     try:
         s = server.session
         s.post(server.url + "/v1/partitions", json={"id": "bench", "boot": {
@@ -202,8 +252,8 @@ def setup_metalboot(count):
         tokens = machine_tokens(server, ids)
         paths = [f"/boot/{mid}/{IFACE}/{tokens[mid]}/boot.ipxe" for mid in ids]
         iso_url, iso_path = partition_iso(server, "bench", IFACE)
-        iso = iso_url.split(server.url, 1)[1]
-        return server, paths, iso, iso_path
+        iso = iso_url.split(boot_url, 1)[1]
+        return server, paths, iso, iso_path, boot_port
     except BaseException:
         server.stop()
         raise
@@ -233,9 +283,11 @@ def write_static(server, paths, iso, iso_path, root):
         assert r.status_code == 206 and r.content == f.read(1024), r.status_code
 
 
-def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
+def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
+        also_api=False):
     """``duration`` is the ISO run's; the scripts run takes twice as long, so that
-    metalboot answers every machine at least once at a few hundred requests/s."""
+    every machine is answered several times. ``also_api``: measure
+    metalboot-server's Flask endpoints too (the server before the boot server)."""
     if quick:
         count, connections, duration = 300, 50, 2
     for tool in ("wrk", "nginx"):
@@ -252,9 +304,10 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
         f.write(WRK_LUA)
     load = loadavg()
     results = {}
-    server = nginx = None
+    server = nginx = boot = None
+    evidence = None
     try:
-        server, paths, iso, iso_path = setup_metalboot(count)
+        server, paths, iso, iso_path, boot_port = setup_metalboot(count)
         write_static(server, paths, iso, iso_path, root)
         scripts_file = os.path.join(work, "scripts.txt")
         with open(scripts_file, "w") as f:
@@ -264,19 +317,30 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
             f.write(iso + "\n")
         size = os.path.getsize(iso_path)
         nginx = Nginx(root)
+        boot = BootServer(server, boot_port)
         for path in (paths[0], paths[-1], iso):  # the same bytes at the same paths
-            a, b = requests.get(server.url + path), requests.get(nginx.url + path)
+            a, b = requests.get(boot.url + path), requests.get(nginx.url + path)
             assert a.status_code == b.status_code == 200 and a.content == b.content, path
+        servers = [("metalboot", boot.url, lambda: [boot.proc.pid])]
+        if also_api:
+            servers.append(("metalboot-server", server.url, lambda: [server.proc.pid]))
+        servers.append(("nginx", nginx.url, nginx.pids))
         for kind, paths_file, rng, seconds in (
                 ("scripts", scripts_file, 0, 2 * duration),
                 ("iso", iso_file, range_kib * 1024, duration)):
-            results[kind] = [
-                measure("metalboot", server.url, [server.proc.pid], paths_file, lua,
-                        connections, seconds, rng, size),
-                measure("nginx", nginx.url, nginx.pids(), paths_file, lua, connections,
-                        seconds, rng, size)]
+            results[kind] = []
+            for name, url, pids in servers:
+                before = evidence_count(server) if kind == "scripts" else 0
+                results[kind].append(measure(name, url, pids(), paths_file, lua, connections,
+                                             seconds, rng, size))
+                if kind == "scripts" and name == "metalboot":
+                    evidence = evidence_count(server) - before
+        boot.stop()
+        rows_committed, transactions = boot.committed()
         rss_note = ""
     finally:
+        if boot is not None:
+            boot.stop()
         if nginx is not None:
             nginx.stop()
         if server is not None:
@@ -287,8 +351,8 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
     targets = {"scripts": ("rps", 0.25, "req/s"), "iso": ("mbps", 0.6, "MB/s")}
     for kind, label in (("scripts", f"boot.ipxe of {count} machines"),
                         ("iso", f"ISO ({size / 1e6:.1f} MB) in {range_kib} KiB ranges")):
-        m, n = results[kind]
-        for r in (m, n):
+        m, n = results[kind][0], results[kind][-1]
+        for r in results[kind]:
             rows.append((label, r["name"], r["requests"], fmt(r["rps"]), fmt(r["mbps"]),
                          fmt(r["p50"], " ms"), fmt(r["p99"], " ms"), r["errors"],
                          fmt(r["server_cores"]), fmt(r["wrk_cores"])))
@@ -304,10 +368,18 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False):
                         fmt(n["p99"], " ms") + " (nginx)", fmt(m["p99"] / n["p99"], "x"), "",
                         ""))
     table(f"Boot storm: wrk, {connections} connections, 2 threads, {2 * duration} s per "
-          f"scripts run, {duration} s per ISO run; "
-          f"nginx 1 worker; load average before: {load:.2f}{rss_note}",
+          f"scripts run, {duration} s per ISO run; metalboot = metalboot-boot-server (1 "
+          f"process); nginx 1 worker; load average before: {load:.2f}, after: "
+          f"{loadavg():.2f}{rss_note}",
           ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
            "server cores", "wrk cores"], rows)
+    answered = results["scripts"][0]["requests"]
+    print(f"boot evidence: {evidence} rows committed during the scripts run for {answered} "
+          f"answers wrk counted (it does not count those in flight when it stops); "
+          f"{rows_committed} rows in {transactions} transactions over the boot server's "
+          f"life ({rows_committed / max(transactions, 1):.1f} rows per transaction)")
+    if evidence < answered:
+        raise RuntimeError(f"{answered - evidence} answered fetches have no evidence")
     for kind in ("scripts", "iso"):
         for r in results[kind]:
             if r["errors"]:
@@ -322,8 +394,11 @@ def main(argv=None):
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--range-kib", type=int, default=256)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--also-api", action="store_true",
+                        help="measure metalboot-server's Flask artifact endpoints too")
     args = parser.parse_args(argv)
-    summary = run(args.machines, args.connections, args.duration, args.range_kib, args.quick)
+    summary = run(args.machines, args.connections, args.duration, args.range_kib, args.quick,
+                  args.also_api)
     table("Boot storm summary", SUMMARY_HEADER, summary)
 
 

@@ -41,7 +41,7 @@ def test_json_log_lines_request_ids_and_no_secrets(observed):
     probe = [r for r in access if r["request_id"] == "obs-req-0001"]
     assert len(probe) == 1
     assert probe[0]["path"] == f"/v1/machines/{machine_id}" and probe[0]["status"] == 200
-    evidence = [r for r in records if r["logger"] == "metalboot_framework.api.boot"]
+    evidence = [r for r in records if r["logger"] == "metalboot_framework.artifacts"]
     assert evidence and all(r.get("request_id") for r in evidence)
     assert {r["request_id"] for r in evidence} <= {r["request_id"] for r in access}
 

@@ -1,0 +1,261 @@
+"""What both artifact servers decide alike: which artifact a URL names, who may
+fetch it, and what a fetch leaves as boot evidence.
+
+Two servers answer booting machines: the Flask blueprint
+(:mod:`metalboot_framework.api.boot`, in metalboot-server and metalboot-api) and
+metalboot-boot-server (:mod:`metalboot_framework.cmd.boot_server`, asyncio). Both
+call the functions here, so that the token check, the "same 404 for
+everything" rule, the MAC lookup rule, rendering and the evidence rows exist
+once. The functions take a database connection (or session) from the caller and
+do no I/O of their own beyond what a plugin's ``get_artifact`` does, so the
+asyncio server can run them in a thread and in batches.
+"""
+
+import functools
+import hashlib
+import logging
+import os
+import unicodedata
+import zlib
+from urllib.parse import quote
+
+import sqlalchemy
+from werkzeug.datastructures import Headers
+from werkzeug.utils import get_content_type
+
+from metalboot_framework.boot_interface import Artifact
+from metalboot_framework.exceptions import InvalidInput, NotFound
+from metalboot_framework.services import machine_info, partition_info
+from metalboot_framework.store import models
+from metalboot_framework.task import BootTask
+
+LOG = logging.getLogger(__name__)
+
+SCRIPT_NAME = "boot.ipxe"
+SCRIPT_CONTENT_TYPE = "text/plain"
+NOT_FOUND_MESSAGE = "no such boot artifact"
+
+# Steps in which a machine migrating to an interface may fetch by MAC.
+BOOTING_STEPS = ("activating", "awaiting_boot", "verifying")
+
+_M, _N, _P = models.Machine.__table__, models.Nic.__table__, models.Partition.__table__
+_MM, _MIG = models.MigrationMachine.__table__, models.Migration.__table__
+_EVIDENCE = models.BootEvidence.__table__
+_EVIDENCE_INSERT = _EVIDENCE.insert()
+_EVIDENCE_INSERT_ID = _EVIDENCE.insert().returning(_EVIDENCE.c.id)
+# What MachineInfo and PartitionInfo are made of: every column but timestamps
+# (costly to parse, unused) and the machine's drift report.
+_MACHINE_COLUMNS = [c for c in _M.c
+                    if not isinstance(c.type, sqlalchemy.DateTime) and c.name != "drift"]
+_PARTITION_COLUMNS = [c for c in _P.c if not isinstance(c.type, sqlalchemy.DateTime)]
+
+
+def not_found():
+    """The same answer for an unknown machine, a wrong token, a disabled
+    interface and a missing artifact: a prober learns nothing."""
+    return NotFound(NOT_FOUND_MESSAGE)
+
+
+def normalize_mac(mac):
+    return mac.lower().replace("-", ":")
+
+
+# -- reading what a fetch needs, for one key or many ---------------------------------
+def load_snapshots(conn, machine_ids):
+    """{machine id: (MachineInfo, PartitionInfo)} for those of ``machine_ids`` that
+    exist, in three queries however many ids there are."""
+    ids = list(dict.fromkeys(machine_ids))
+    if not ids:
+        return {}
+    machines = conn.execute(sqlalchemy.select(*_MACHINE_COLUMNS)
+                            .where(_M.c.id.in_(ids))).all()
+    if not machines:
+        return {}
+    nics = {}
+    for nic in conn.execute(sqlalchemy.select(_N).where(_N.c.machine_id.in_(
+            [m.id for m in machines])).order_by(_N.c.machine_id, _N.c.position)):
+        nics.setdefault(nic.machine_id, []).append(nic)
+    partitions = load_partitions(conn, {m.partition_id for m in machines})
+    return {m.id: (machine_info(m, nics.get(m.id, ())), partitions[m.partition_id])
+            for m in machines}
+
+
+def load_partitions(conn, partition_ids):
+    """{partition id: PartitionInfo} for those of ``partition_ids`` that exist."""
+    ids = list(dict.fromkeys(partition_ids))
+    if not ids:
+        return {}
+    return {p.id: partition_info(p)
+            for p in conn.execute(sqlalchemy.select(*_PARTITION_COLUMNS)
+                                  .where(_P.c.id.in_(ids)))}
+
+
+def machines_by_mac(conn, services, keys):
+    """{(mac, interface): machine id} for the (normalized MAC, interface) pairs in
+    ``keys`` that may fetch boot.ipxe by MAC; pairs that may not are absent.
+
+    The rule: the MAC belongs to a machine whose boot interface is ``interface``,
+    or that a migration to ``interface`` is booting (:data:`BOOTING_STEPS`).
+    """
+    keys = [k for k in dict.fromkeys(keys) if k[1] in services.interfaces]
+    if not keys:
+        return {}
+    rows = conn.execute(
+        sqlalchemy.select(_N.c.mac, _M.c.id, _M.c.boot_interface)
+        .join(_M, _M.c.id == _N.c.machine_id)
+        .where(_N.c.mac.in_({mac for mac, _ in keys}))).all()
+    owner = {r.mac: r for r in rows}
+    found, undecided = {}, []
+    for mac, interface in keys:
+        row = owner.get(mac)
+        if row is None:
+            continue
+        if row.boot_interface == interface:
+            found[(mac, interface)] = row.id
+        else:
+            undecided.append((mac, interface, row.id))
+    if undecided:
+        booting = set(conn.execute(
+            sqlalchemy.select(_MM.c.machine_id, _MIG.c.target_boot_interface)
+            .join(_MIG, _MIG.c.id == _MM.c.migration_id)
+            .where(_MM.c.machine_id.in_({m for _, _, m in undecided}),
+                   _MM.c.state.in_(BOOTING_STEPS))).all())
+        for mac, interface, machine_id in undecided:
+            if (machine_id, interface) in booting:
+                found[(mac, interface)] = machine_id
+    return found
+
+
+# -- choosing the artifact -----------------------------------------------------------
+def check_access(services, machine, interface, token, name, client_address=None):
+    """Raise the common 404 unless ``token`` is the machine's current token for an
+    enabled ``interface``. ``machine`` None: unknown machine."""
+    if interface not in services.interfaces or machine is None:
+        raise not_found()
+    if not services.tokens.verify(machine.id, machine.token_generation, token):
+        LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
+                    name, machine.id, client_address)
+        raise not_found()
+
+
+def boot_script(services, machine, partition, interface, token):
+    """The machine's boot.ipxe as an :class:`Artifact` (rendered bytes)."""
+    body = services.render_boot_script(machine, partition, interface, token).encode()
+    return Artifact(content_type=SCRIPT_CONTENT_TYPE, content=body)
+
+
+def plugin_artifact(services, machine, partition, interface, name):
+    """A per-machine artifact other than boot.ipxe, as the interface's plugin
+    gives it (may build a file: call it off the event loop)."""
+    task = BootTask(services, machine, partition, interface)
+    artifact = services.interfaces.get(interface).get_artifact(task, name)
+    if artifact is None:
+        raise not_found()
+    return artifact
+
+
+def machine_artifact(services, machine, partition, interface, token, name,
+                     client_address=None):
+    """The artifact that GET /boot/<machine>/<interface>/<token>/<name> serves."""
+    check_access(services, machine, interface, token, name, client_address)
+    if name == SCRIPT_NAME:
+        return boot_script(services, machine, partition, interface, token)
+    return plugin_artifact(services, machine, partition, interface, name)
+
+
+def partition_artifact(services, partition, interface, name):
+    """The artifact that GET /boot/partitions/<partition>/<interface>/<name> serves
+    (``partition`` None: unknown partition)."""
+    if partition is None or interface not in services.interfaces:
+        raise not_found()
+    artifact = services.interfaces.get(interface).get_partition_artifact(
+        services, partition, name)
+    if artifact is None:
+        raise not_found()
+    return artifact
+
+
+# -- how an artifact is answered (both servers send the same headers) --------------------
+def content_etag(content):
+    return hashlib.sha256(content).hexdigest()[:32]
+
+
+def file_etag(path, st):
+    """The ETag werkzeug's send_file gives a file (mtime, size, path checksum)."""
+    return f"{st.st_mtime}-{st.st_size}-{zlib.adler32(os.path.abspath(path).encode()) & 0xFFFFFFFF}"
+
+
+def content_type(artifact):
+    """The Content-Type header of an artifact (a charset added to text types)."""
+    return get_content_type(artifact.content_type, "utf-8")
+
+
+@functools.lru_cache(maxsize=1024)
+def content_disposition(name):
+    """Content-Disposition: inline, with the artifact's name (RFC 6266)."""
+    try:
+        name.encode("ascii")
+        names = {"filename": name}
+    except UnicodeEncodeError:
+        simple = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+        names = {"filename": simple,
+                 "filename*": "UTF-8''" + quote(name, safe="!#$&+-.^_`|~")}
+    headers = Headers()
+    headers.set("Content-Disposition", "inline", **names)
+    return headers["Content-Disposition"]
+
+
+# -- evidence -------------------------------------------------------------------------
+def evidence_row(machine_id, interface, kind, path, client_address, data=None):
+    """One boot_evidence row: a fetch (``data`` the Range asked for, if any) or a
+    boot report (``data`` its message)."""
+    return {"machine_id": machine_id, "interface": interface, "kind": kind, "path": path,
+            "client_address": client_address, "data": data, "created_at": models.utcnow()}
+
+
+def fetch_evidence(machine_id, interface, name, client_address, range_header=None):
+    return evidence_row(machine_id, interface, "fetch", name, client_address,
+                        {"range": range_header} if range_header else None)
+
+
+def insert_evidence(conn, rows, with_ids=False):
+    """Insert ``rows`` in the caller's transaction: with one executemany, or
+    (``with_ids``) one by one, returning their ids."""
+    if with_ids:
+        return [conn.execute(_EVIDENCE_INSERT_ID, row).scalar_one() for row in rows]
+    if rows:
+        conn.execute(_EVIDENCE_INSERT, rows)
+    return None
+
+
+def log_evidence(evidence_id, row):
+    LOG.info("boot evidence %s: machine %s %s %s via %s from %s", evidence_id,
+             row["machine_id"], row["kind"], row["path"], row["interface"],
+             row["client_address"])
+
+
+# -- boot reports ---------------------------------------------------------------------
+def bearer_token(authorization):
+    """The token of an ``Authorization: Bearer ...`` header value, or None."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def check_report(services, conn, machine_id, token, boot_interface):
+    """Raise unless a boot report of ``machine_id`` with ``token`` may be recorded."""
+    from metalboot_framework.api.auth import Unauthorized
+    machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
+                           .where(_M.c.id == machine_id)).first()
+    if machine is None or not services.tokens.verify(machine.id, machine.token_generation,
+                                                     token):
+        raise Unauthorized("unknown machine or wrong machine token")
+    if boot_interface not in services.interfaces:
+        raise InvalidInput(f"{boot_interface} is not an enabled boot interface",
+                           fields={"boot_interface": ["not an enabled boot interface"]})
+
+
+def report_evidence(machine_id, body, client_address):
+    return evidence_row(machine_id, body["boot_interface"], "report", "boot-report",
+                        client_address, {"message": body.get("message", "")})

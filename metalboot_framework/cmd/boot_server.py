@@ -1,0 +1,655 @@
+"""metalboot-boot-server: the artifact server for boot storms (asyncio, aiohttp).
+
+It serves exactly what booting machines and their BMCs call, with the same
+answers as the Flask blueprint of metalboot-server (both decide through
+:mod:`metalboot_framework.artifacts`):
+
+- ``GET /boot/<machine>/<interface>/<token>/<name>`` (boot.ipxe and plugin
+  artifacts; every fetch is boot evidence),
+- ``GET /boot/mac/<mac>/<interface>/boot.ipxe`` (evidence too),
+- ``GET /boot/partitions/<partition>/<interface>/<name>`` (ISOs, by sendfile),
+- ``POST /v1/machines/<id>/boot-report``.
+
+Operators point ``[api] public_url`` at it, so that the URLs machines are given
+lead here; the REST API stays on metalboot-server / metalboot-api, on the same
+database. Where the time goes in a boot storm, and how it is saved:
+
+- one event loop serves every connection; database calls run in threads;
+- evidence is group-committed: each fetch queues its row and waits; one writer
+  thread inserts all queued rows with one executemany in one transaction, then
+  answers every fetch of the batch (no answered fetch without committed
+  evidence; rows that queue during a commit form the next batch);
+- what a fetch reads (machine, NICs, partition, the rendered boot.ipxe; MAC
+  lookups; partition artifacts) is cached for ``[boot_server] cache_ttl``
+  seconds, and concurrent misses are loaded by one query. A token rotation or
+  any change of a machine or partition shows here within that time.
+"""
+
+import asyncio
+import concurrent.futures
+import functools
+import gc
+import itertools
+import json
+import logging
+import os
+import pathlib
+import re
+import secrets
+import signal
+import sys
+import time
+
+from aiohttp import web
+from werkzeug import exceptions as wz_exceptions
+from werkzeug.http import http_date, is_resource_modified, parse_etags, parse_range_header
+
+from metalboot_framework import artifacts
+from metalboot_framework.api import spec
+from metalboot_framework.api.schemas import BootReportSchema
+from metalboot_framework.cmd import common
+from metalboot_framework.conf import CONF
+from metalboot_framework.exceptions import InvalidInput, MetalbootError, NotFound
+
+LOG = logging.getLogger(__name__)
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Request headers that make an artifact answer conditional (werkzeug's rules).
+_CONDITIONAL = ("Range", "If-None-Match", "If-Match", "If-Modified-Since",
+                "If-Unmodified-Since", "If-Range")
+
+
+class BatchCache:
+    """key -> value, kept ``ttl`` seconds; the keys that miss while a load is
+    running are loaded together by one call of ``load(keys)`` (in ``executor``),
+    which returns {key: value} (a key it leaves out has the value None, which
+    is cached too). ``wrap(key, value, old)`` turns a loaded value into what is
+    cached, given the expired entry (or None)."""
+
+    STALE_KEEP = 120.0  # seconds an expired entry is kept for ``wrap``
+
+    def __init__(self, executor, load, ttl, batch_size, max_loads=2, wrap=None):
+        self._executor = executor
+        self._load = load
+        self._ttl = ttl
+        self._batch_size = batch_size
+        self._max_loads = max_loads
+        self._wrap = wrap
+        self._data = {}  # key -> (expires, value)
+        self._pending = {}  # key -> future of its value
+        self._queue = []
+        self._loads = 0
+        self._scheduled = False
+        self._swept = 0.0
+
+    async def get(self, key):
+        hit = self._data.get(key)
+        loop = asyncio.get_running_loop()
+        if hit is not None and hit[0] > loop.time():
+            return hit[1]
+        future = self._pending.get(key)
+        if future is None:
+            future = self._pending[key] = loop.create_future()
+            self._queue.append(key)
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self):
+        self._scheduled = False
+        loop = asyncio.get_running_loop()
+        while self._queue and self._loads < self._max_loads:
+            keys = self._queue[:self._batch_size]
+            del self._queue[:self._batch_size]
+            self._loads += 1
+            loop.run_in_executor(self._executor, self._load, keys).add_done_callback(
+                functools.partial(self._loaded, keys))
+
+    def _loaded(self, keys, done):
+        self._loads -= 1
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        exc = done.exception()
+        found = {} if exc is not None else done.result()
+        for key in keys:
+            future = self._pending.pop(key)
+            if future.cancelled():  # its waiters were cancelled (shutdown)
+                continue
+            if exc is not None:
+                future.set_exception(exc)
+                continue
+            value = found.get(key)
+            if self._wrap is not None:
+                old = self._data.get(key)
+                value = self._wrap(key, value, old[1] if old else None)
+            self._data[key] = (now + self._ttl, value)
+            future.set_result(value)
+        if now - self._swept > 10:
+            # expired entries are kept a while for ``wrap`` to compare with
+            self._swept = now
+            keep = now - self.STALE_KEEP
+            self._data = {k: v for k, v in self._data.items() if v[0] > keep}
+        self._flush()
+
+
+class Snapshot:
+    """A machine as a fetch needs it, and its boot.ipxe rendered per interface."""
+
+    __slots__ = ("machine", "partition", "scripts")
+
+    def __init__(self, machine, partition):
+        self.machine = machine
+        self.partition = partition
+        self.scripts = {}  # interface -> (Artifact, etag)
+
+    def script(self, services, interface, token):
+        found = self.scripts.get(interface)
+        if found is None:
+            artifact = artifacts.boot_script(services, self.machine, self.partition,
+                                             interface, token)
+            found = self.scripts[interface] = (artifact,
+                                               artifacts.content_etag(artifact.content))
+        return found
+
+
+class EvidenceWriter:
+    """Group commit of boot evidence: :meth:`add` queues a row and returns a
+    future that is resolved once the row is committed (with its id when asked)."""
+
+    def __init__(self, services, batch_size, batch_wait, log_rows=False):
+        self.services = services
+        self.batch_size = batch_size
+        self.batch_wait = batch_wait
+        self.log_rows = log_rows
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "boot-evidence")
+        self._queue = []  # (row, future, with_id)
+        self._busy = False
+        self._timer = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.batches = 0
+        self.rows = 0
+
+    def add(self, row, with_id=False):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.append((row, future, with_id))
+        self._idle.clear()
+        if not self._busy and self._timer is None:
+            self._timer = loop.call_later(self.batch_wait, self._flush) if self.batch_wait \
+                else loop.call_soon(self._flush)
+        return future
+
+    def _flush(self):
+        self._timer = None
+        if self._busy or not self._queue:
+            return
+        batch = self._queue[:self.batch_size]
+        del self._queue[:self.batch_size]
+        self._busy = True
+        asyncio.get_running_loop().run_in_executor(
+            self._executor, self._write, [(row, with_id) for row, _, with_id in batch]
+        ).add_done_callback(functools.partial(self._written, batch))
+
+    def _write(self, rows):
+        with self.services.db.write_conn() as conn:
+            artifacts.insert_evidence(conn, [row for row, with_id in rows if not with_id])
+            return artifacts.insert_evidence(
+                conn, [row for row, with_id in rows if with_id], with_ids=True)
+
+    def _written(self, batch, done):
+        self._busy = False
+        exc = done.exception()
+        if exc is not None:
+            LOG.error("cannot record %d boot evidence rows: %s: %s", len(batch),
+                      type(exc).__name__, exc)
+        ids = iter(done.result() if exc is None else ())
+        self.batches += 1
+        self.rows += len(batch) if exc is None else 0
+        for row, future, with_id in batch:
+            evidence_id = next(ids) if with_id and exc is None else None
+            if self.log_rows and exc is None:
+                artifacts.log_evidence(evidence_id, row)
+            if not future.done():
+                if exc is not None:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(evidence_id)
+        if self._queue:
+            self._flush()  # what queued during this commit: the next batch, now
+        elif self._timer is None:
+            self._idle.set()
+
+    def hurry(self):
+        """Stop waiting for rows to join a batch (shutdown): commit what is queued."""
+        self.batch_wait = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._flush()
+
+    async def close(self):
+        """Commit everything queued (SIGTERM), then stop the writer thread."""
+        self.hurry()
+        await self._idle.wait()
+        self._executor.shutdown(wait=True)
+
+
+class OpenFile:
+    """A file artifact opened once: its path, stat, ETag and file object.
+
+    sendfile() reads at explicit offsets, so one file object serves every
+    response at once; it is closed when the last of them lets go of it."""
+
+    __slots__ = ("path", "stat", "etag", "file")
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+        self.file = open(path, "rb")  # noqa: SIM115 (kept open on purpose)
+        self.stat = os.fstat(self.file.fileno())
+        self.etag = artifacts.file_etag(path, self.stat)
+
+
+class _FileResponse(web.FileResponse):
+    """aiohttp's FileResponse (Range, sendfile) on an :class:`OpenFile`, with
+    werkzeug's ETag and Last-Modified so that both servers send the same
+    validators. The conditional headers were applied already (werkzeug's
+    rules): aiohttp sees only the Range to send, if any."""
+
+    # aiohttp >= 3.11.something: serve an open file without two thread hops
+    # (stat + open, close) per request
+    _FAST = hasattr(web.FileResponse, "_prepare_open_file")
+
+    def __init__(self, opened, headers, ranged):
+        super().__init__(opened.path, headers=headers)
+        self._mb_file = opened
+        self._mb_ranged = ranged
+
+    @property
+    def etag(self):
+        return web.StreamResponse.etag.fget(self)
+
+    @etag.setter
+    def etag(self, _value):
+        web.StreamResponse.etag.fset(self, self._mb_file.etag)
+
+    @property
+    def last_modified(self):
+        return web.StreamResponse.last_modified.fget(self)
+
+    @last_modified.setter
+    def last_modified(self, _value):
+        # http dates have whole seconds: truncated, as werkzeug has them
+        web.StreamResponse.last_modified.fset(self, int(self._mb_file.stat.st_mtime))
+
+    async def prepare(self, request):
+        extra = [h for h in _CONDITIONAL if h in request.headers]
+        if extra != (["Range"] if self._mb_ranged else []):
+            headers = request.headers.copy()
+            for name in extra:
+                if name != "Range" or not self._mb_ranged:
+                    del headers[name]
+            request = request.clone(headers=headers)
+        if self._FAST:
+            return await self._prepare_open_file(request, self._mb_file.file,
+                                                 self._mb_file.stat, None)
+        return await super().prepare(request)
+
+
+class _Conditional(Exception):
+    """A conditional request answered without the artifact's bytes (304, 412)."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+def _conditional(request, etag, length, last_modified=None):
+    """Apply Range and the If-* headers as werkzeug does for send_file: the
+    (start, stop, Content-Range) to send, None for the whole artifact; raises
+    _Conditional (304/412) or werkzeug's RequestedRangeNotSatisfiable (416)."""
+    headers = request.headers
+    environ = {"REQUEST_METHOD": request.method}
+    for name in _CONDITIONAL:
+        if name in headers:
+            environ["HTTP_" + name.upper().replace("-", "_")] = headers[name]
+    if "HTTP_RANGE" in environ and length and (
+            "HTTP_IF_RANGE" not in environ or not is_resource_modified(
+                environ, etag, None, last_modified, ignore_if_range=False)):
+        parsed = parse_range_header(environ["HTTP_RANGE"])
+        span = parsed.range_for_length(length) if parsed else None
+        content_range = parsed.to_content_range_header(length) if parsed else None
+        if span is None or content_range is None:
+            raise wz_exceptions.RequestedRangeNotSatisfiable(length)
+        return span[0], span[1], content_range
+    if not is_resource_modified(environ, etag, None, last_modified):
+        raise _Conditional(412 if parse_etags(environ.get("HTTP_IF_MATCH")) else 304)
+    return None
+
+
+class BootServer:
+    """The aiohttp application and what it keeps between requests."""
+
+    def __init__(self, services, opts, max_body_size):
+        self.services = services
+        self.opts = opts
+        self.max_body_size = max_body_size
+        self.reads = concurrent.futures.ThreadPoolExecutor(opts.db_threads, "boot-db")
+        self.snapshots = BatchCache(self.reads, self._load_snapshots, opts.cache_ttl,
+                                    opts.read_batch_size, wrap=self._wrap_snapshot)
+        self.macs = BatchCache(self.reads, self._load_macs, opts.cache_ttl,
+                               opts.read_batch_size)
+        self.partition_artifacts = BatchCache(self.reads, self._load_partition_artifacts,
+                                              opts.cache_ttl, opts.read_batch_size)
+        self.evidence = None  # an EvidenceWriter, made on the event loop
+        # Templates render the same bytes for the same machine and partition;
+        # a hook that amends scripts may not, so its scripts are rendered anew
+        # whenever the snapshot is read again.
+        self._keep_scripts = not services.hooks.has("metalboot_amend_boot_script")
+        # Templates are read once: no stat() of the template file per rendering.
+        services.templates.auto_reload = False
+        self._id_prefix = secrets.token_hex(4)
+        self._ids = itertools.count()
+        self._expires = (0, "")
+
+    # -- loading, in the read threads ---------------------------------------------
+    def _load_snapshots(self, machine_ids):
+        with self.services.db.read_conn() as conn:
+            return artifacts.load_snapshots(conn, machine_ids)
+
+    def _wrap_snapshot(self, _key, loaded, old):
+        if loaded is None:
+            return None
+        snapshot = Snapshot(*loaded)
+        if self._keep_scripts and old is not None and old.machine == snapshot.machine \
+                and old.partition == snapshot.partition:
+            snapshot.scripts = old.scripts
+        return snapshot
+
+    def _load_macs(self, keys):
+        with self.services.db.read_conn() as conn:
+            return artifacts.machines_by_mac(conn, self.services, keys)
+
+    def _load_partition_artifacts(self, keys):
+        """{(partition, interface, name): (Artifact, OpenFile or None, ETag)}."""
+        with self.services.db.read_conn() as conn:
+            partitions = artifacts.load_partitions(conn, {k[0] for k in keys})
+        found = {}
+        for key in keys:
+            partition_id, interface, name = key
+            try:
+                artifact = artifacts.partition_artifact(
+                    self.services, partitions.get(partition_id), interface, name)
+            except NotFound:
+                continue
+            found[key] = self._validators(artifact)
+        return found
+
+    @staticmethod
+    def _validators(artifact):
+        """(artifact, OpenFile or None, ETag); opens files (call it in a thread)."""
+        if artifact.path is None:
+            return artifact, None, artifacts.content_etag(artifact.content)
+        opened = OpenFile(artifact.path)
+        return artifact, opened, opened.etag
+
+    # -- answers ---------------------------------------------------------------------
+    def _request_id(self, request):
+        given = request.headers.get("X-Request-Id")
+        if given and _REQUEST_ID.match(given):
+            return given
+        # unique like the API's random ids, without a system call per request
+        return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"
+
+    def _json(self, request, status, document, headers=None, request_id=None):
+        body = (json.dumps(document, separators=(",", ":")) + "\n").encode()
+        out = {"Content-Type": "application/json",
+               "X-Request-Id": request_id or self._request_id(request)}
+        out.update(headers or {})
+        return web.Response(status=status, body=body, headers=out)
+
+    def _error(self, request, code, message, fields=None, headers=None, request_id=None):
+        return self._json(request, code, {"error": {"code": code, "message": message,
+                                                    "fields": fields or {}}}, headers,
+                          request_id)
+
+    def _metalboot_error(self, request, exc):
+        headers = {"WWW-Authenticate": 'Bearer realm="metalboot"'} if exc.code == 401 else None
+        return self._error(request, exc.code, exc.message, exc.fields, headers)
+
+    def _now_date(self):
+        now = int(time.time())
+        if self._expires[0] != now:
+            self._expires = (now, http_date(now))
+        return self._expires[1]
+
+    def _artifact_response(self, request, artifact, name, etag, opened=None):
+        """Headers and conditional handling as Flask's send_file gives them."""
+        headers = {"Content-Disposition": artifacts.content_disposition(name),
+                   "Content-Type": artifacts.content_type(artifact),
+                   "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
+                   "X-Request-Id": self._request_id(request)}
+        if opened is None:
+            headers["Cache-Control"] = "no-cache, max-age=0"
+            headers["Expires"] = self._now_date()
+            length, mtime = len(artifact.content), None
+        else:
+            headers["Cache-Control"] = "no-cache"
+            headers["Last-Modified"] = http_date(int(opened.stat.st_mtime))
+            length, mtime = opened.stat.st_size, headers["Last-Modified"]
+        span = None
+        if any(h in request.headers for h in _CONDITIONAL):
+            try:
+                span = _conditional(request, etag, length, mtime)
+            except _Conditional as answer:
+                # no entity headers but Expires on a 304 (werkzeug's rule)
+                headers.pop("Content-Type")
+                headers.pop("Last-Modified", None)
+                return web.Response(status=answer.status, headers=headers)
+        if opened is not None:
+            del headers["ETag"], headers["Last-Modified"]
+            return _FileResponse(opened, headers, ranged=span is not None)
+        if span is None:
+            return web.Response(body=artifact.content, headers=headers)
+        headers["Content-Range"] = span[2]
+        return web.Response(status=206, body=artifact.content[span[0]:span[1]],
+                            headers=headers)
+
+    async def _answer(self, request, snapshot, interface, token, name):
+        """Check access, choose the artifact, record the fetch, then answer."""
+        machine = snapshot.machine if snapshot is not None else None
+        try:
+            artifacts.check_access(self.services, machine, interface, token, name,
+                                   request.remote)
+            if name == artifacts.SCRIPT_NAME:
+                artifact, etag = snapshot.script(self.services, interface, token)
+                opened = None
+            else:
+                artifact, opened, etag = await asyncio.get_running_loop().run_in_executor(
+                    self.reads, lambda: self._validators(artifacts.plugin_artifact(
+                        self.services, machine, snapshot.partition, interface, name)))
+            response = self._artifact_response(request, artifact, name, etag, opened)
+        except MetalbootError as exc:
+            return self._metalboot_error(request, exc)
+        except wz_exceptions.HTTPException as exc:
+            return self._error(request, exc.code, exc.description)
+        await self.evidence.add(artifacts.fetch_evidence(
+            machine.id, interface, name, request.remote, request.headers.get("Range")))
+        return response
+
+    # -- routes ------------------------------------------------------------------------
+    async def boot(self, request):
+        """GET /boot/<a>/<b>/<c>/<d>: one route, dispatched as Flask's rules rank
+        them (fixed segments first) -- cheaper than three patterns to try."""
+        info = request.match_info
+        first, name = info["first"], info["name"]
+        if first == "mac" and name == artifacts.SCRIPT_NAME:
+            return await self.script_by_mac(request, info["second"], info["third"])
+        if first == "partitions":
+            return await self.partition_artifact(request, info["second"], info["third"], name)
+        return await self.machine_artifact(request, first, info["second"], info["third"], name)
+
+    async def machine_artifact(self, request, machine_id, interface, token, name):
+        if interface not in self.services.interfaces:
+            return self._metalboot_error(request, artifacts.not_found())
+        snapshot = await self.snapshots.get(machine_id)
+        return await self._answer(request, snapshot, interface, token, name)
+
+    async def script_by_mac(self, request, mac, interface):
+        machine_id = await self.macs.get((artifacts.normalize_mac(mac), interface))
+        snapshot = await self.snapshots.get(machine_id) if machine_id is not None else None
+        if snapshot is None:
+            return self._metalboot_error(request, artifacts.not_found())
+        machine = snapshot.machine
+        token = self.services.tokens.machine_token(machine.id, machine.token_generation)
+        return await self._answer(request, snapshot, interface, token, artifacts.SCRIPT_NAME)
+
+    async def partition_artifact(self, request, partition_id, interface, name):
+        found = await self.partition_artifacts.get((partition_id, interface, name))
+        if found is None:
+            return self._metalboot_error(request, artifacts.not_found())
+        try:
+            return self._artifact_response(request, found[0], name, found[2], found[1])
+        except wz_exceptions.HTTPException as exc:
+            return self._error(request, exc.code, exc.description)
+
+    async def boot_report(self, request):
+        machine_id = request.match_info["machine_id"]
+        try:
+            # the checks, messages and order of the API's @endpoint(body=...)
+            mimetype = request.content_type if "Content-Type" in request.headers else ""
+            if mimetype != "application/json":
+                raise spec.UnsupportedMediaType(
+                    f"the body must be application/json, not {mimetype or 'absent'}")
+            try:
+                data = json.loads(await request.read())
+            except ValueError:
+                data = None
+            if data is None:
+                raise spec.BadRequest("the body is not valid JSON")
+            spec.reject_nul(data)
+            if not isinstance(data, dict):
+                raise InvalidInput("the body must be a JSON object",
+                                   fields={"_schema": ["must be an object"]})
+            body = spec._load(BootReportSchema(), data, "body")
+            if request.query:
+                unknown = sorted(request.query)
+                raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)}",
+                                   fields={k: ["Unknown field."] for k in unknown})
+            token = artifacts.bearer_token(request.headers.get("Authorization")) \
+                or body.get("token")
+            await asyncio.get_running_loop().run_in_executor(
+                self.reads, self._check_report, machine_id, token, body["boot_interface"])
+        except MetalbootError as exc:
+            return self._metalboot_error(request, exc)
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(request, 413, "the request body is larger than [api] "
+                                             "max_request_body_size allows")
+        evidence_id = await self.evidence.add(
+            artifacts.report_evidence(machine_id, body, request.remote), with_id=True)
+        return self._json(request, 201, {"machine_id": machine_id, "evidence_id": evidence_id})
+
+    def _check_report(self, machine_id, token, boot_interface):
+        with self.services.db.read_conn() as conn:
+            artifacts.check_report(self.services, conn, machine_id, token, boot_interface)
+
+    async def unknown(self, request):
+        return self._error(request, 404, wz_exceptions.NotFound.description)
+
+    def _guarded(self, handler):
+        """The API's rules for every request: no NUL in a path, no traceback
+        (a plain wrapper: cheaper per request than an aiohttp middleware)."""
+
+        @functools.wraps(handler)
+        async def guarded(request):
+            if "\x00" in request.path:
+                return self._error(request, 404,
+                                   "not found: the path contains a NUL character")
+            try:
+                return await handler(request)
+            except web.HTTPException:
+                raise
+            except Exception:
+                request_id = self._request_id(request)
+                LOG.exception("request %s failed unexpectedly", request_id)
+                return self._error(request, 500, "internal error; see the server log for "
+                                                 f"request {request_id}", request_id=request_id)
+
+        return guarded
+
+    def make_app(self):
+        app = web.Application(client_max_size=self.max_body_size)
+        r, g = app.router, self._guarded
+        # /boot/mac/<mac>/<interface>/boot.ipxe, /boot/partitions/<partition>/
+        # <interface>/<name> and /boot/<machine>/<interface>/<token>/<name>
+        r.add_get("/boot/{first}/{second}/{third}/{name}", g(self.boot))
+        r.add_post("/v1/machines/{machine_id}/boot-report", g(self.boot_report))
+        r.add_route("*", "/{tail:.*}", g(self.unknown))
+
+        async def _start(_app):
+            self.evidence = EvidenceWriter(self.services, self.opts.evidence_batch_size,
+                                           self.opts.evidence_batch_wait,
+                                           log_rows=self.opts.access_log)
+
+        async def _stop(_app):
+            await self.evidence.close()
+            LOG.info("boot evidence committed: %d rows in %d transactions",
+                     self.evidence.rows, self.evidence.batches)
+            self.reads.shutdown(wait=True)
+
+        async def _hurry(_app):
+            self.evidence.hurry()
+
+        app.on_startup.append(_start)
+        app.on_shutdown.append(_hurry)
+        app.on_cleanup.append(_stop)
+        return app
+
+
+async def serve(services, opts, max_body_size):
+    """Serve until SIGTERM or SIGINT; then finish the requests in progress and
+    commit their evidence."""
+    server = BootServer(services, opts, max_body_size)
+    runner = web.AppRunner(server.make_app(), access_log=LOG if opts.access_log else None,
+                           handle_signals=False, shutdown_timeout=opts.shutdown_timeout)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, opts.host_ip, opts.port, backlog=opts.backlog)
+        try:
+            await site.start()
+        except OSError as exc:
+            common.fail(f"cannot listen on {opts.host_ip}:{opts.port}: {exc.strerror}")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        received = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, lambda s=signum: (received.append(s), stop.set()))
+        host = f"[{opts.host_ip}]" if ":" in opts.host_ip else opts.host_ip
+        LOG.info("metalboot-boot-server listening on http://%s:%s (boot interfaces: %s; "
+                 "machines reach it as [api] public_url = %s)", host, opts.port,
+                 ", ".join(services.interfaces.names()), services.public_url)
+        await stop.wait()
+        LOG.info("received %s, shutting down", signal.Signals(received[0]).name)
+    finally:
+        await runner.cleanup()  # in-flight requests finish; evidence is flushed
+
+
+def main(argv=None):
+    from metalboot_framework.cmd.server import load_services
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      "Serve boot artifacts and boot reports to booting machines.")
+    common.setup_logging(CONF.debug)
+    services = load_services()
+    gc.collect()
+    gc.freeze()  # what is loaded now lives as long as the process
+    try:
+        asyncio.run(serve(services, CONF.boot_server, CONF.api.max_request_body_size))
+    finally:
+        services.db.dispose()
+        LOG.info("metalboot-boot-server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

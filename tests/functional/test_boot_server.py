@@ -1,0 +1,314 @@
+"""metalboot-boot-server, the asyncio artifact server, next to a metalboot-server
+on the same database: the same answers as the Flask blueprint, evidence for
+every answered fetch (group-committed, flushed at SIGTERM), and a migration
+that finishes when simulated machines fetch from it."""
+
+import concurrent.futures
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+import requests
+import sqlalchemy
+
+from benchmarks.common import partition_iso
+from metalboot_framework.store import models
+from metalboot_framework.store.db import Database
+from metalboot_framework.testing.simulator import FETCH, SimulatedFleet
+from tests.conftest import ServerProcess, free_port, machine_body, signer_of
+
+pytestmark = pytest.mark.functional
+
+ISO_IFACE = "redfish-virtual-media-ipxe"
+IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
+# Headers both servers must send alike (Date, Server and X-Request-Id differ).
+COMPARED = ("Content-Type", "Content-Length", "ETag", "Accept-Ranges", "Content-Range",
+            "Cache-Control", "Content-Disposition", "Last-Modified", "WWW-Authenticate")
+
+
+class BootServerProcess(ServerProcess):
+    """metalboot-boot-server reading the configuration file of ``api_server``."""
+
+    def __init__(self, api_server, port):
+        path = api_server.tmp_path.parent / f"boot-server-{port}"
+        path.mkdir()
+        super().__init__(path, database_url=api_server.database_url,
+                         command="metalboot_framework.cmd.boot_server")
+        self.conf_path = api_server.conf_path
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"boot server exited with {self.proc.returncode}:\n"
+                                   f"{self.log()}")
+            try:
+                requests.get(self.url + "/", timeout=5)
+                return
+            except requests.RequestException:
+                time.sleep(0.05)
+        raise RuntimeError(f"boot server not ready after {timeout}s:\n{self.log()}")
+
+
+def _conf(boot_port, public=True, extra=""):
+    return (f"enabled_boot_interfaces = fake,fake-alt,{ISO_IFACE}\n"
+            f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"
+            f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n{extra}"
+            + (f"[api]\npublic_url = http://127.0.0.1:{boot_port}\n" if public else ""))
+
+
+@pytest.fixture
+def boot_pair(server_factory):
+    """start(...) -> (metalboot-server, metalboot-boot-server) on one database."""
+    started = []
+
+    def start(public=True, extra=""):
+        port = free_port()
+        api = server_factory(extra_conf=_conf(port, public, extra)).start()
+        boot = BootServerProcess(api, port).start()
+        started.append(boot)
+        return api, boot
+
+    yield start
+    for boot in started:
+        boot.stop()
+
+
+def register(api, count, partition="p1", start=0):
+    if start == 0:
+        r = api.request("POST", "/v1/partitions", json={"id": partition, "boot": {
+            "kernel_url": "http://images.example/metal-hammer/vmlinuz",
+            "initrd_url": "http://images.example/metal-hammer/initrd.img",
+            "cmdline": "console=ttyS0", "metal_hammer_version": "v0.13.0"}})
+        assert r.status_code == 201, r.text
+    bodies = [machine_body(i, partition=partition) for i in range(start, start + count)]
+    r = api.request("POST", "/v1/machines", json=bodies)
+    assert r.status_code == 201, r.text
+    return [b["id"] for b in bodies]
+
+
+def evidence(server):
+    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
+    try:
+        with db.read() as s:
+            return list(s.scalars(sqlalchemy.select(models.BootEvidence)
+                                  .order_by(models.BootEvidence.id)))
+    finally:
+        db.dispose()
+
+
+def _answer(r):
+    return r.status_code, r.content, {h: r.headers.get(h) for h in COMPARED}
+
+
+def test_same_answers_as_flask(boot_pair):
+    api, boot = boot_pair(public=False)
+    ids = register(api, 3)
+    signer = signer_of(api)
+    mid, token = ids[0], signer.machine_token(ids[0], 1)
+    script = f"/boot/{mid}/fake/{token}/boot.ipxe"
+    iso_url, iso_path = partition_iso(api, "p1", ISO_IFACE)
+    iso = iso_url.split(api.url, 1)[1]
+    etag = requests.get(api.url + script).headers["ETag"]
+    iso_etag = requests.get(api.url + iso).headers["ETag"]
+    cases = [
+        (script, {}), (script, {"Range": "bytes=0-5"}), (script, {"Range": "bytes=-5"}),
+        (script, {"Range": "bytes=5000-6000"}), (script, {"Range": "bytes=0-1,4-5"}),
+        (script, {"If-None-Match": etag}), (script, {"Range": "bytes=0-5", "If-Range": etag}),
+        (script, {"Range": "bytes=0-5", "If-Range": '"other"'}),
+        (f"/boot/{mid}/fake/{'0' * 32}/boot.ipxe", {}),
+        (f"/boot/{mid}/pxe/{token}/boot.ipxe", {}),
+        (f"/boot/{mid}/fake/{token}/other.efi", {}),
+        (f"/boot/00000000-0000-0000-0000-000000000000/fake/{token}/boot.ipxe", {}),
+        ("/boot/mac/52-54-00-00-00-01/fake/boot.ipxe", {}),
+        ("/boot/mac/52:54:00:00:00:02/fake/boot.ipxe", {"Range": "bytes=0-5"}),
+        ("/boot/mac/52:54:00:00:00:99/fake/boot.ipxe", {}),
+        ("/boot/mac/52:54:00:00:00:01/fake-alt/boot.ipxe", {}),
+        (iso, {}), (iso, {"Range": "bytes=0-262143"}), (iso, {"Range": "bytes=262144-524287"}),
+        (iso, {"Range": "bytes=999999999-"}), (iso, {"If-None-Match": iso_etag}),
+        (iso, {"Range": "bytes=0-9", "If-Range": '"other"'}),
+        ("/boot/partitions/nope/redfish-virtual-media-ipxe/" + iso.rsplit("/", 1)[1], {}),
+        ("/boot/partitions/p1/redfish-virtual-media-ipxe/other.iso", {}),
+        ("/boot/partitions/p1/fake/" + iso.rsplit("/", 1)[1], {}),
+        ("/no/such/path", {}),
+    ]
+    before = len(evidence(api))
+    for path, headers in cases:
+        flask, aio = (_answer(requests.get(url + path, headers=headers, timeout=30))
+                      for url in (api.url, boot.url))
+        assert aio == flask, (path, headers)
+        for url in (api.url, boot.url):  # HEAD too
+            r = requests.head(url + path, headers=headers, timeout=30)
+            assert r.status_code == flask[0], (url, path, headers)
+    # each server recorded the same fetches: the per-machine answers, 404s excepted
+    rows = evidence(api)[before:]
+    assert len(rows) % 2 == 0
+    flask_rows, aio_rows = rows[0::2], rows[1::2]  # asked one after the other
+    fields = ("machine_id", "interface", "kind", "path", "client_address", "data")
+    assert [[getattr(e, f) for f in fields] for e in flask_rows] == \
+        [[getattr(e, f) for f in fields] for e in aio_rows]
+    assert {e.data["range"] for e in aio_rows if e.data} == {"bytes=0-5", "bytes=-5"}
+    with open(iso_path, "rb") as f:
+        assert requests.get(boot.url + iso, headers={"Range": "bytes=0-262143"}).content \
+            == f.read(262144)
+
+
+def test_boot_report_same_as_flask(boot_pair):
+    api, boot = boot_pair(public=False)
+    ids = register(api, 2)
+    signer = signer_of(api)
+    token, other = signer.machine_token(ids[0], 1), signer.machine_token(ids[1], 1)
+    url = f"/v1/machines/{ids[0]}/boot-report"
+    cases = [
+        {"data": "x"},
+        {"data": "{not json", "headers": {"Content-Type": "application/json"}},
+        {"json": ["a list"]},
+        {"json": {"boot_interface": "fake", "bogus": 1}},
+        {"json": {"boot_interface": "fake\u0000"}},
+        {"json": {"boot_interface": "fake"}},
+        {"json": {"boot_interface": "fake", "token": "x" * 32}},
+        {"json": {"boot_interface": "fake"}, "headers": {"Authorization": f"Bearer {other}"}},
+        {"json": {"boot_interface": "nope", "token": token}},
+        {"json": {"boot_interface": "fake", "token": token}, "params": {"x": "1"}},
+    ]
+    for case in cases:
+        flask, aio = (_answer(requests.post(u + url, timeout=30, **case))
+                      for u in (api.url, boot.url))
+        assert aio == flask, case
+    assert evidence(api) == []
+    answers = [requests.post(u + url, json={"boot_interface": "fake", "message": "up"},
+                             headers={"Authorization": f"Bearer {token}"}, timeout=30)
+               for u in (api.url, boot.url)]
+    assert [r.status_code for r in answers] == [201, 201]
+    rows = evidence(api)
+    assert [r.json() for r in answers] == [{"machine_id": ids[0], "evidence_id": e.id}
+                                           for e in rows]
+    assert [(e.kind, e.interface, e.path, e.data) for e in rows] == \
+        [("report", "fake", "boot-report", {"message": "up"})] * 2
+
+
+def test_iso_in_ranges_and_wrong_tokens(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 2)
+    iso_url, iso_path = partition_iso(api, "p1", ISO_IFACE)
+    assert iso_url.startswith(boot.url)  # public_url leads machines and BMCs here
+    with open(iso_path, "rb") as f:
+        data = f.read()
+    step, parts = 256 * 1024, []
+    for offset in range(0, len(data), step):
+        r = requests.get(iso_url, headers={"Range": f"bytes={offset}-{offset + step - 1}"})
+        assert r.status_code == 206
+        assert r.headers["Content-Range"] == \
+            f"bytes {offset}-{min(offset + step, len(data)) - 1}/{len(data)}"
+        parts.append(r.content)
+    assert b"".join(parts) == data
+    for path in (f"/boot/{ids[0]}/fake/{'0' * 32}/boot.ipxe",
+                 f"/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[1], 1)}/boot.ipxe"):
+        r = requests.get(boot.url + path)
+        assert r.status_code == 404
+        assert r.json() == {"error": {"code": 404, "message": "no such boot artifact",
+                                      "fields": {}}}
+    assert evidence(api) == []  # ISO fetches are not evidence, 404s neither
+
+
+def test_migration_done_when_machines_fetch_from_boot_server(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 6)
+    with SimulatedFleet(api.url, api.token, default=FETCH) as fleet:
+        r = api.request("POST", "/v1/migrations", json={
+            "selector": {"machines": ids}, "boot_interface": "fake-alt", "max_parallel": 3})
+        assert r.status_code == 202, r.text
+        migration = r.json()["id"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = api.request("GET", f"/v1/migrations/{migration}").json()
+            if m["state"] == "done" and m["finished_at"]:
+                break
+            time.sleep(0.1)
+        assert m["state"] == "done", m
+    assert all(url_status == 200 for *_, url_status in fleet.boots)
+    machines = api.request("GET", f"/v1/migrations/{migration}/machines").json()["machines"]
+    assert {m["state"] for m in machines} == {"done"}
+    assert all(m["evidence"]["interface"] == "fake-alt" for m in machines)
+    rows = [e for e in evidence(api) if e.interface == "fake-alt"]
+    assert sorted(e.machine_id for e in rows) == sorted(ids)
+
+
+def test_concurrent_fetches_each_recorded_in_few_transactions(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 200)
+    signer = signer_of(api)
+    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1)}/boot.ipxe" for mid in ids] * 3
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))
+    with concurrent.futures.ThreadPoolExecutor(64) as pool:
+        statuses = list(pool.map(lambda p: session.get(boot.url + p, timeout=60).status_code,
+                                 paths))
+    assert statuses == [200] * len(paths)
+    rows = evidence(api)
+    assert len(rows) == len(paths)
+    assert sorted(e.machine_id for e in rows) == sorted(ids * 3)
+    assert boot.stop() == 0
+    committed = re.search(r"boot evidence committed: (\d+) rows in (\d+) transactions",
+                          boot.log())
+    assert committed and int(committed.group(1)) == len(paths)
+    assert int(committed.group(2)) < len(paths)  # grouped
+
+
+def test_sigterm_commits_queued_evidence(boot_pair):
+    # a long batch wait: at SIGTERM, fetches are waiting for their evidence
+    api, boot = boot_pair(extra="evidence_batch_wait = 0.8\nshutdown_timeout = 20\n")
+    ids = register(api, 40)
+    signer = signer_of(api)
+    results = []
+
+    def fetch(mid):
+        try:
+            r = requests.get(f"{boot.url}/boot/{mid}/fake/{signer.machine_token(mid, 1)}"
+                             "/boot.ipxe", timeout=30)
+            results.append((mid, r.status_code))
+        except requests.RequestException:
+            results.append((mid, None))
+
+    threads = [threading.Thread(target=fetch, args=(mid,)) for mid in ids]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    assert boot.stop(signal.SIGTERM) == 0
+    for t in threads:
+        t.join(30)
+    answered = sorted(mid for mid, status in results if status == 200)
+    assert answered, results
+    recorded = sorted(e.machine_id for e in evidence(api))
+    assert recorded == answered
+    assert "received SIGTERM" in boot.log()
+
+
+def test_concurrent_misses_share_one_query_and_expire():
+    import asyncio
+
+    from metalboot_framework.cmd.boot_server import BatchCache
+
+    calls = []
+
+    def load(keys):
+        calls.append(sorted(keys))
+        time.sleep(0.05)
+        return {k: k * 2 for k in keys if k % 10}
+
+    async def scenario():
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            cache = BatchCache(pool, load, ttl=0.3, batch_size=1000)
+            values = await asyncio.gather(*(cache.get(k) for k in [1, 2, 3, 10, 2, 1] * 20))
+            assert values == [2, 4, 6, None, 4, 2] * 20
+            assert calls == [[1, 2, 3, 10]]  # one query for every concurrent miss
+            assert await cache.get(3) == 6 and len(calls) == 1  # cached
+            await asyncio.sleep(0.35)
+            assert await cache.get(3) == 6 and calls[-1] == [3]  # expired: read again
+
+    asyncio.run(scenario())
