@@ -128,11 +128,14 @@ class Services:
     def write(self, core=False):
         """A write transaction; events added to it reach hooks after commit.
 
-        ``core``: over a plain connection instead of an ORM session (hot paths).
+        ``core``: over a plain connection instead of an ORM session (hot paths);
+        its events are inserted together at the end, ids then.
         """
         with (self.db.write_conn() if core else self.db.write()) as session:
-            unit = UnitOfWork(session)
+            unit = UnitOfWork(session, defer_events=core)
             yield unit
+            if core:
+                insert_events(session, [unit])
         if unit.events and self.hooks.has("metalboot_event"):
             for ev in unit.events:
                 self.hooks.notify("metalboot_event", event=event_dict(ev))

@@ -171,6 +171,7 @@ class Conductor:
                 models.Migration.state.in_(mig.LIVE_STATES) |
                 ((models.Migration.state == "halted") & models.Migration.finished_at.is_(None)))
                 .order_by(models.Migration.created_at)))
+        self.runner.cancelling = frozenset(m.id for m in live if m.state == "cancelling")
         if not live:
             return
         now = time.monotonic()

@@ -59,7 +59,6 @@ _TO_ERROR = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
 _MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_interface) \
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
-_MIGRATION_STATE = select(_MIGRATIONS.c.state).where(_MIGRATIONS.c.id == bindparam("mig"))
 _TRANSITIONS = {}
 
 
@@ -104,6 +103,9 @@ class StepRunner:
     def __init__(self, services, host):
         self.services = services
         self.host = host
+        # Ids of migrations being cancelled, kept current by the scheduler's
+        # ticks: a machine's next step rolls it back instead of going on.
+        self.cancelling = frozenset()
 
     # -- the step -------------------------------------------------------------------
     def _claim(self, migration_id, machine_id):
@@ -157,7 +159,8 @@ class StepRunner:
                     conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
 
     def _step(self, job):
-        if job.state != "rolling_back" and job.migration_state == "cancelling" \
+        cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
+        if job.state != "rolling_back" and cancelling \
                 and not job.options.get("dry_run"):
             return self._finish(job, "rolling_back", "migration cancelled",
                                 error="migration cancelled")
@@ -171,19 +174,11 @@ class StepRunner:
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
 
-        def work(unit):
-            done = self.apply(unit, job.migration_id, job.machine_id, job.state, new, reason,
-                              error=error, release=release, options=job.options)
-            # whether the migration was cancelled meanwhile, for the next step
-            state = None if release else unit.session.execute(
-                _MIGRATION_STATE, {"mig": job.migration_id}).scalar()
-            return done, state
-
-        done, state = self.services.write_grouped(work)
+        done = self.services.write_grouped(lambda unit: self.apply(
+            unit, job.migration_id, job.machine_id, job.state, new, reason, error=error,
+            release=release, options=job.options, names=(job.source, job.target)))
         if done is not None:
             self.announce(done)
-        if state is not None:
-            job.migration_state = state
         job.released = release
         return new
 
@@ -273,9 +268,10 @@ class StepRunner:
         return done is not None
 
     def apply(self, unit, migration_id, machine_id, old, new, reason, error=None,
-              evidence_id=None, release=False, options=None):
+              evidence_id=None, release=False, options=None, names=None):
         """The writes of a transition inside ``unit``'s transaction; returns what
-        :meth:`announce` needs after the commit, or None if nothing changed."""
+        :meth:`announce` needs after the commit, or None if nothing changed.
+        ``names``: (source, target) interface names, if the caller knows them."""
         now = models.utcnow()
         values = {"state": new, "updated_at": now}
         if error is not None:
@@ -307,7 +303,7 @@ class StepRunner:
         unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
                    migration_id=migration_id, data={"old": old, "new": new, "reason": reason})
         if new == "done":
-            source, target = conn.execute(_MM_NAMES, params).first()
+            source, target = names or conn.execute(_MM_NAMES, params).first()
             conn.execute(_SWITCH, dict(params, target=target))
             unit.event("machine.boot_interface_changed",
                        f"boot interface {source} -> {target} (migration {migration_id})",
