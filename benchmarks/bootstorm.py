@@ -34,16 +34,14 @@ import json
 import os
 import resource
 import shutil
-import re
 import subprocess
-import sys
 import tempfile
 
 import requests
 
-from benchmarks.common import (SUMMARY_HEADER, MetalbootServer, cpu_seconds, fmt, free_port,
-                               loadavg, mac, machine_id, machine_tokens, partition_iso, table,
-                               verdict, wait_http, wait_log)
+from benchmarks.common import (SUMMARY_HEADER, BootServer, MetalbootServer, cpu_seconds, fmt,
+                               free_port, loadavg, mac, machine_id, machine_tokens, partition_iso,
+                               table, verdict, wait_http)
 
 IFACE = "redfish-virtual-media-ipxe"
 IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
@@ -192,32 +190,6 @@ def measure(name, base_url, pids, paths_file, lua, connections, duration, range_
             "mbps": r["bytes"] / seconds / 1e6, "p50": r["p50_us"] / 1000,
             "p99": r["p99_us"] / 1000, "errors": errors, "server_cores": server_cpu / seconds,
             "wrk_cores": r["cpu"] / seconds}
-
-
-class BootServer(MetalbootServer):
-    """metalboot-boot-server with the configuration file of ``server`` (stopped
-    like a MetalbootServer; its directory stays the server's)."""
-
-    def __init__(self, server, port):  # not super().__init__: that starts metalboot-server
-        self._own_dir = False
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = os.path.join(server.dir, "boot-server.log")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "metalboot_framework.cmd.boot_server", "--config-file",
-             server.conf_path], stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_log(self.log_path, "listening on", self.proc)
-        except BaseException:
-            self.stop()
-            raise
-
-    def committed(self):
-        """(evidence rows, transactions) so far, from the server's log at exit."""
-        with open(self.log_path, errors="replace") as f:
-            found = re.findall(r"boot evidence committed: (\d+) rows in (\d+) transactions",
-                               f.read())
-        return tuple(int(x) for x in found[-1]) if found else (0, 0)
 
 
 def evidence_count(server):

@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: servers in subprocesses, timing, RSS, tables."""
 
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -209,3 +210,29 @@ SUMMARY_HEADER = ["benchmark", "measurement", "metalboot", "baseline", "ratio", 
 
 def verdict(ok):
     return "met" if ok else "MISSED"
+
+
+class BootServer(MetalbootServer):
+    """metalboot-boot-server with the configuration file of ``server`` (stopped
+    like a MetalbootServer; its directory stays the server's)."""
+
+    def __init__(self, server, port):  # not super().__init__: that starts metalboot-server
+        self._own_dir = False
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = os.path.join(server.dir, "boot-server.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "metalboot_framework.cmd.boot_server", "--config-file",
+             server.conf_path], stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_log(self.log_path, "listening on", self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def committed(self):
+        """(evidence rows, transactions) so far, from the server's log at exit."""
+        with open(self.log_path, errors="replace") as f:
+            found = re.findall(r"boot evidence committed: (\d+) rows in (\d+) transactions",
+                               f.read())
+        return tuple(int(x) for x in found[-1]) if found else (0, 0)
