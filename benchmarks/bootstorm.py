@@ -202,13 +202,13 @@ def evidence_count(server):
         db.dispose()
 
 
-def setup_metalboot(count):
+def setup_metalboot(count, workers=1):
     boot_port = free_port()
     boot_url = f"http://127.0.0.1:{boot_port}"
     server = MetalbootServer(public_url=boot_url, extra_conf=(
         f"enabled_boot_interfaces = fake,{IFACE}\n[conductor]\ndrift_check_interval = 0\n"
         f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"
-        f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n"))
+        f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\nworkers = {workers}\n"))
     try:
         s = server.session
         s.post(server.url + "/v1/partitions", json={"id": "bench", "boot": {
@@ -256,7 +256,7 @@ def write_static(server, paths, iso, iso_path, root):
 
 
 def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
-        also_api=False):
+        also_api=False, workers=1):
     """``duration`` is the ISO run's; the scripts run takes twice as long, so that
     every machine is answered several times. ``also_api``: measure
     metalboot-server's Flask endpoints too (the server before the boot server)."""
@@ -279,7 +279,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
     server = nginx = boot = None
     evidence = None
     try:
-        server, paths, iso, iso_path, boot_port = setup_metalboot(count)
+        server, paths, iso, iso_path, boot_port = setup_metalboot(count, workers)
         write_static(server, paths, iso, iso_path, root)
         scripts_file = os.path.join(work, "scripts.txt")
         with open(scripts_file, "w") as f:
@@ -288,12 +288,12 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
         with open(iso_file, "w") as f:
             f.write(iso + "\n")
         size = os.path.getsize(iso_path)
-        nginx = Nginx(root)
+        nginx = Nginx(root, workers)
         boot = BootServer(server, boot_port)
         for path in (paths[0], paths[-1], iso):  # the same bytes at the same paths
             a, b = requests.get(boot.url + path), requests.get(nginx.url + path)
             assert a.status_code == b.status_code == 200 and a.content == b.content, path
-        servers = [("metalboot", boot.url, lambda: [boot.proc.pid])]
+        servers = [("metalboot", boot.url, boot.pids)]
         if also_api:
             servers.append(("metalboot-server", server.url, lambda: [server.proc.pid]))
         servers.append(("nginx", nginx.url, nginx.pids))
@@ -340,9 +340,9 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
                         fmt(n["p99"], " ms") + " (nginx)", fmt(m["p99"] / n["p99"], "x"), "",
                         ""))
     table(f"Boot storm: wrk, {connections} connections, 2 threads, {2 * duration} s per "
-          f"scripts run, {duration} s per ISO run; metalboot = metalboot-boot-server (1 "
-          f"process); nginx 1 worker; load average before: {load:.2f}, after: "
-          f"{loadavg():.2f}{rss_note}",
+          f"scripts run, {duration} s per ISO run; metalboot = metalboot-boot-server "
+          f"({workers} process(es)); nginx {workers} worker(s); load average before: "
+          f"{load:.2f}, after: {loadavg():.2f}{rss_note}",
           ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
            "server cores", "wrk cores"], rows)
     answered = results["scripts"][0]["requests"]
@@ -366,11 +366,13 @@ def main(argv=None):
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--range-kib", type=int, default=256)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes of metalboot-boot-server and of nginx alike")
     parser.add_argument("--also-api", action="store_true",
                         help="measure metalboot-server's Flask artifact endpoints too")
     args = parser.parse_args(argv)
     summary = run(args.machines, args.connections, args.duration, args.range_kib, args.quick,
-                  args.also_api)
+                  args.also_api, args.workers)
     table("Boot storm summary", SUMMARY_HEADER, summary)
 
 

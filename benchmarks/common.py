@@ -230,9 +230,17 @@ class BootServer(MetalbootServer):
             self.stop()
             raise
 
+    def pids(self):
+        """The process and its workers ([boot_server] workers > 1)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                return [self.proc.pid] + [int(p) for p in f.read().split()]
+        except OSError:
+            return [self.proc.pid]
+
     def committed(self):
-        """(evidence rows, transactions) so far, from the server's log at exit."""
+        """(evidence rows, transactions) of all its processes, from their logs at exit."""
         with open(self.log_path, errors="replace") as f:
             found = re.findall(r"boot evidence committed: (\d+) rows in (\d+) transactions",
                                f.read())
-        return tuple(int(x) for x in found[-1]) if found else (0, 0)
+        return (sum(int(r) for r, _ in found), sum(int(t) for _, t in found))

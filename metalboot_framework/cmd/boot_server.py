@@ -607,7 +607,7 @@ class BootServer:
         return app
 
 
-async def serve(services, opts, max_body_size):
+async def serve(services, opts, max_body_size, reuse_port=False):
     """Serve until SIGTERM or SIGINT; then finish the requests in progress and
     commit their evidence."""
     server = BootServer(services, opts, max_body_size)
@@ -615,7 +615,8 @@ async def serve(services, opts, max_body_size):
                            handle_signals=False, shutdown_timeout=opts.shutdown_timeout)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, opts.host_ip, opts.port, backlog=opts.backlog)
+        site = web.TCPSite(runner, opts.host_ip, opts.port, backlog=opts.backlog,
+                           reuse_port=reuse_port or None)
         try:
             await site.start()
         except OSError as exc:
@@ -635,19 +636,66 @@ async def serve(services, opts, max_body_size):
         await runner.cleanup()  # in-flight requests finish; evidence is flushed
 
 
-def main(argv=None):
+def _serve_process(reuse_port):
     from metalboot_framework.cmd.server import load_services
-    common.parse_args(sys.argv[1:] if argv is None else argv,
-                      "Serve boot artifacts and boot reports to booting machines.")
-    common.setup_logging(CONF.debug)
     services = load_services()
     gc.collect()
     gc.freeze()  # what is loaded now lives as long as the process
     try:
-        asyncio.run(serve(services, CONF.boot_server, CONF.api.max_request_body_size))
+        asyncio.run(serve(services, CONF.boot_server, CONF.api.max_request_body_size,
+                          reuse_port=reuse_port))
     finally:
         services.db.dispose()
         LOG.info("metalboot-boot-server stopped")
+
+
+def _serve_workers(count):
+    """``count`` forked server processes on one port; SIGTERM/SIGINT reach them all,
+    and the parent exits when they have, with the worst exit status."""
+    children = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:  # a worker: its own database engines, plugins and event loop
+            code = 1
+            try:
+                _serve_process(reuse_port=True)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                LOG.exception("metalboot-boot-server worker failed")
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def _forward(signum, _frame):
+        for child in children:
+            try:
+                os.kill(child, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    worst = 0
+    for child in children:
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code:
+            LOG.error("metalboot-boot-server worker %d exited with %d", child, code)
+            _forward(signal.SIGTERM, None)  # one gone: stop the others too
+            worst = worst or (code if code > 0 else 1)
+    return worst
+
+
+def main(argv=None):
+    common.parse_args(sys.argv[1:] if argv is None else argv,
+                      "Serve boot artifacts and boot reports to booting machines.")
+    common.setup_logging(CONF.debug)
+    if CONF.boot_server.workers > 1:
+        return _serve_workers(CONF.boot_server.workers)
+    _serve_process(reuse_port=False)
+    return 0
     return 0
 
 

@@ -289,6 +289,28 @@ def test_sigterm_commits_queued_evidence(boot_pair):
     assert "received SIGTERM" in boot.log()
 
 
+def test_workers_share_the_port_and_stop_together(boot_pair):
+    api, boot = boot_pair(extra="workers = 2\n")
+    ids = register(api, 50)
+    signer = signer_of(api)
+    with open(f"/proc/{boot.proc.pid}/task/{boot.proc.pid}/children") as f:
+        workers = [int(p) for p in f.read().split()]
+    assert len(workers) == 2
+    # new connections each time: the kernel spreads them over both listeners
+    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1)}/boot.ipxe" for mid in ids] * 4
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(lambda p: requests.get(
+            boot.url + p, timeout=60, headers={"Connection": "close"}).status_code, paths))
+    assert statuses == [200] * len(paths)
+    assert len(evidence(api)) == len(paths)
+    assert boot.stop(signal.SIGTERM) == 0
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+    committed = [int(n) for n in re.findall(
+        r"boot evidence committed: (\d+) rows in \d+ transactions", boot.log())]
+    assert len(committed) == 2 and sum(committed) == len(paths)
+    assert all(committed), committed  # both served
+
+
 def test_concurrent_misses_share_one_query_and_expire():
     import asyncio
 
