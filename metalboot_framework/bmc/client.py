@@ -9,9 +9,11 @@ Redfish property or action.
 import dataclasses
 import logging
 import threading
-from typing import Optional, Sequence
+import time
+from typing import Any, Mapping, Optional, Sequence
 
 import sushy
+from sushy.resources import base as sushy_base
 
 from metalboot_framework import metrics
 from metalboot_framework.bmc import connection as connection_mod
@@ -29,6 +31,43 @@ SYSTEM_ID_PROPERTY = "redfish_system_id"
 # because the BMC refuses Continuous: re-applied before each reset.
 _REAPPLY = {}
 _REAPPLY_LOCK = threading.Lock()
+
+#: Seconds for which a ComputerSystem document read by a client stands in for a
+#: new read of its Boot section (before a PATCH) or its PowerState (before a
+#: reset), as long as the client has not changed them since.
+REUSE_SECONDS = 10.0
+
+#: What a reuse of the system document needs to be current (see system_json).
+BOOT, POWER, LINKS = "boot", "power", "links"
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """One Redfish resource as read: its JSON, the response headers, when."""
+
+    path: str
+    data: Any
+    headers: Mapping
+    read_at: float
+
+    @property
+    def etag(self):
+        return self.headers.get("ETag")
+
+
+class _PrefetchedReader(sushy_base.JsonDataReader):
+    """Gives a sushy resource the document already read, then reads anew
+    (sushy reads again for refresh() and for headers, e.g. the ETag or Allow
+    of a PATCH-style virtual media insert)."""
+
+    def __init__(self, document):
+        self._document = document
+
+    def get_data(self):
+        document, self._document = self._document, None
+        if document is None:
+            return super().get_data()
+        return sushy_base.FieldData(200, document.headers, document.data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +110,10 @@ class BmcClient:
         self.policy = policy or retry_mod.Policy.from_conf(conf)
         self._path = None
         self._quirks = None
+        # The last ComputerSystem document this client read, and what it has
+        # changed since (BOOT after a PATCH); dropped after a reset.
+        self._system_doc = None
+        self._changed = set()
         redact.register_secret(self._password)
 
     def __repr__(self):
@@ -86,6 +129,13 @@ class BmcClient:
                               connect_timeout=self.conf.bmc.connect_timeout,
                               read_timeout=self.conf.bmc.read_timeout)
 
+    def fact(self, conn, name):
+        """What the connection learnt about this system before (see Connection.facts)."""
+        return conn.facts.get((self.system_path(conn), name))
+
+    def learn(self, conn, name, value):
+        conn.facts[(self.system_path(conn), name)] = value
+
     def run(self, operation, fn, retry_during_post=None):
         """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``."""
         if retry_during_post is None:
@@ -96,7 +146,7 @@ class BmcClient:
             attempts[0] += 1
             with metrics.bmc_call(operation):
                 conn = self.connection()
-                with conn.lock:
+                with conn.slots:
                     return fn(conn)
 
         def on_transient(exc):
@@ -121,22 +171,62 @@ class BmcClient:
         if self._path:
             return self._path
         if self.system_id:
-            sid = self.system_id
-            self._path = sid if sid.startswith("/") else \
-                f"{connection_mod.ROOT_PREFIX}Systems/{sid}"
+            self._path = self.system_path_hint()
         else:
-            self._path = conn.root.get_system().path
+            path = conn.facts.get((None, "system path"))
+            if path is None:
+                # like sushy's get_system() without reading the system (twice)
+                members = conn.root.get_system_collection().members_identities
+                if len(members) != 1:
+                    raise sushy.exceptions.UnknownDefaultError(
+                        entity="ComputerSystem", error="System count is not exactly one")
+                path = conn.facts[(None, "system path")] = members[0]
+            self._path = path
         return self._path
 
-    def get_json(self, conn, path):
+    def read(self, conn, path):
+        """GET ``path``: a :class:`Document`."""
         response = conn.connector.get(path)
-        return response.json(), response.headers.get("ETag")
+        return Document(path, response.json(), response.headers, time.monotonic())
 
-    def system_json(self, conn):
-        data, etag = self.get_json(conn, self.system_path(conn))
+    def get_json(self, conn, path):
+        document = self.read(conn, path)
+        return document.data, document.etag
+
+    def recent_system(self, need):
+        """The system document read last, if it may stand in for a new read of
+        what ``need`` names: LINKS (links, actions, manufacturer: any age), BOOT
+        or POWER (read within REUSE_SECONDS, not changed by this client since)."""
+        doc = self._system_doc
+        if doc is None or need in self._changed:
+            return None
+        if need != LINKS and time.monotonic() - doc.read_at > REUSE_SECONDS:
+            return None
+        return doc
+
+    def changed(self, what):
+        """This client changed the system's Boot (BOOT) or power (POWER)."""
+        if what == POWER:
+            self._system_doc = None
+        self._changed.add(what)
+
+    def system_document(self, conn, reuse=None):
+        """The ComputerSystem as a :class:`Document`: read anew, or with ``reuse``
+        (BOOT, POWER, LINKS) the one read last if :meth:`recent_system` allows."""
+        doc = self.recent_system(reuse) if reuse else None
+        if doc is None:
+            doc = self.read(conn, self.system_path(conn))
+            self._system_doc, self._changed = doc, set()
         if self._quirks is None:
-            self._quirks = self._find_quirks(conn, data)
-        return data, etag
+            self._quirks = self.fact(conn, "quirks")
+            if self._quirks is None:
+                self._quirks = self._find_quirks(conn, doc.data)
+                self.learn(conn, "quirks", self._quirks)
+        return doc
+
+    def system_json(self, conn, reuse=None):
+        doc = self.system_document(conn, reuse)
+        return doc.data, doc.etag
 
     def _find_quirks(self, conn, data):
         manufacturer, model = data.get("Manufacturer"), data.get("Model")
@@ -156,9 +246,15 @@ class BmcClient:
         return found
 
     def quirks(self, operation="read ComputerSystem (Manufacturer, Model)"):
-        """The vendor quirks of this BMC (reads the system once)."""
+        """The vendor quirks of this BMC (read once per connection to the BMC)."""
         if self._quirks is None:
-            self.run(operation, self.system_json)
+            conn = self.cache.peek(self.url, self.username, self._password, self.verify)
+            path = self._path or self.system_path_hint() or (
+                conn and conn.facts.get((None, "system path")))
+            if conn is not None and path:
+                self._quirks = conn.facts.get((path, "quirks"))
+        if self._quirks is None:
+            self.run(operation, lambda conn: self.system_json(conn, reuse=LINKS))
         return self._quirks
 
     # -- boot override ----------------------------------------------------------
@@ -238,8 +334,8 @@ class BmcClient:
         # Read quirks first, so the retry policy knows about POST refusals.
         self.quirks(operation)
 
-        def apply(conn):
-            system, etag = self.system_json(conn)
+        def apply(conn, doc):
+            system, etag = doc.data, doc.etag
             boot = system.get("Boot") or {}
             quirks = self._quirks
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
@@ -276,6 +372,7 @@ class BmcClient:
                         enable = quirks.http_boot_enable_bios_attribute
                         if enable and enable in attrs and attrs[enable] != "Enabled":
                             change[enable] = "Enabled"
+                        self.changed(BOOT)
                         conn.connector.patch(settings, data={"Attributes": change})
                 else:
                     raise BmcUnsupported(
@@ -285,6 +382,7 @@ class BmcClient:
                         f"the UEFI HTTP boot URI", address=self.address,
                         system=self.system_label, operation="Boot.HttpBootUri")
             try:
+                self.changed(BOOT)
                 conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
             except sushy.exceptions.BadRequestError as exc:
                 text = f"{exc.detail} {exc.extended_info} {exc.related_properties}"
@@ -294,7 +392,23 @@ class BmcClient:
                 raise
             return enabled
 
-        return self.run(operation, apply)
+        return self.run_on_system(operation, apply)
+
+    def run_on_system(self, operation, apply):
+        """:meth:`run` of ``apply(conn, system document)`` for a change of Boot.
+
+        The first attempt takes the document of a recent read (see
+        :meth:`recent_system`) instead of reading it again; retries read anew.
+        (A PATCH whose If-Match ETag is no longer current gets a 412, on which
+        sushy's connector sends it again without the ETag.)
+        """
+        attempts = [0]
+
+        def attempt(conn):
+            attempts[0] += 1
+            return apply(conn, self.system_document(conn, BOOT if attempts[0] == 1 else None))
+
+        return self.run(operation, attempt)
 
     def reapply_once_override(self):
         """Before a reset: re-apply an override that had to fall back to Once."""
@@ -321,9 +435,9 @@ class BmcClient:
         operation = "PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)"
         self.quirks(operation)
 
-        def clear(conn):
+        def clear(conn, doc):
             cleared = []
-            system, etag = self.system_json(conn)
+            system, etag = doc.data, doc.etag
             boot = system.get("Boot") or {}
             quirks = self._quirks
             body = {}
@@ -342,24 +456,40 @@ class BmcClient:
                     body["HttpBootUri"] = None
                     cleared.append(f"HttpBootUri={current}")
                 elif location and location.startswith("Bios.") and current:
+                    self.changed(BOOT)
                     conn.connector.patch(settings,
                                          data={"Attributes": {location[5:]: ""}})
                     cleared.append(f"{location}={current}")
             if body:
+                self.changed(BOOT)
                 conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
             return cleared
 
-        result = self.run(operation, clear)
+        result = self.run_on_system(operation, clear)
         with _REAPPLY_LOCK:
             _REAPPLY.pop((self.url, self._path), None)
         return result
 
     # -- sushy resources --------------------------------------------------------
-    def sushy_system(self, conn):
+    def sushy_resource(self, conn, cls, path, document=None):
+        """A sushy resource of class ``cls`` at ``path``; from ``document`` (a
+        :class:`Document` already read) instead of a GET when given."""
+        kwargs = dict(redfish_version=conn.root.redfish_version,
+                      registries=conn.root.lazy_registries, root=conn.root)
+        if document is None:
+            return cls(conn.connector, path, **kwargs)
+        # sushy's ResourceBase takes a reader, but System.__init__ does not pass
+        # one on (it adds nothing else to ResourceBase.__init__, nor does VirtualMedia)
+        resource = cls.__new__(cls)
+        sushy_base.ResourceBase.__init__(resource, conn.connector, path,
+                                         reader=_PrefetchedReader(document), **kwargs)
+        return resource
+
+    def sushy_system(self, conn, reuse=None):
+        """The sushy System; ``reuse`` (LINKS for its actions): see :meth:`system_document`."""
         from sushy.resources.system import system as system_mod
-        return system_mod.System(conn.connector, self.system_path(conn),
-                                 redfish_version=conn.root.redfish_version,
-                                 registries=conn.root.lazy_registries, root=conn.root)
+        doc = self.recent_system(reuse) if reuse else None
+        return self.sushy_resource(conn, system_mod.System, self.system_path(conn), doc)
 
 
 class ContinuousRefused(BmcUnsupported):

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 
+import requests.adapters
 import sushy
 from sushy import connector as sushy_connector
 
@@ -21,6 +22,13 @@ from metalboot_framework.exceptions import InvalidInput
 LOG = logging.getLogger(__name__)
 
 ROOT_PREFIX = "/redfish/v1/"
+
+#: Requests one connection sends to its BMC at the same time: as many as the
+#: connector's connection pool holds (requests' default). A BMC managing
+#: several systems (a chassis manager, sushy-tools) serves the steps of several
+#: machines at once; a BMC of one system sees one request at a time anyway,
+#: since a machine runs one step at a time.
+MAX_REQUESTS_PER_BMC = requests.adapters.DEFAULT_POOLSIZE
 
 
 class SingleShotConnector(sushy_connector.Connector):
@@ -67,8 +75,36 @@ def base_url(address):
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
+class RequestSlots:
+    """At most ``size`` requests at once; a thread that holds a slot may nest."""
+
+    def __init__(self, size):
+        self._slots = threading.BoundedSemaphore(size)
+        self._held = threading.local()
+
+    def __enter__(self):
+        depth = getattr(self._held, "depth", 0)
+        if not depth:
+            self._slots.acquire()
+        self._held.depth = depth + 1
+        return self
+
+    def __exit__(self, *exc):
+        self._held.depth -= 1
+        if not self._held.depth:
+            self._slots.release()
+
+
 class Connection:
-    """A cached sushy root plus its connector; use :meth:`lock` around requests."""
+    """A cached sushy root plus its connector; send requests inside ``with slots``
+    (at most :data:`MAX_REQUESTS_PER_BMC` at once).
+
+    ``facts`` holds what does not change while the connection lives and would
+    otherwise be read again by every step: per system path, its vendor quirks
+    and the path of its VirtualMedia collection (``(path, name) -> value``).
+    They go with the connection (TTL, a changed password, a connection or
+    authentication error).
+    """
 
     def __init__(self, url, username, root, connector, fingerprint):
         self.url = url
@@ -77,7 +113,8 @@ class Connection:
         self.connector = connector
         self.fingerprint = fingerprint
         self.created = time.monotonic()
-        self.lock = threading.RLock()
+        self.slots = RequestSlots(MAX_REQUESTS_PER_BMC)
+        self.facts = {}
 
     def close(self):
         try:
@@ -106,23 +143,33 @@ class ConnectionCache:
         with self._lock:
             return len(self._entries)
 
+    def _fresh(self, key, fingerprint):
+        """The live entry for ``key`` with these credentials, or None (holds _lock)."""
+        conn = self._entries.get(key)
+        if conn is not None and conn.fingerprint == fingerprint and (
+                self.ttl and time.monotonic() - conn.created < self.ttl):
+            self._entries.move_to_end(key)
+            return conn
+        return None
+
+    def peek(self, url, username, password, verify=True):
+        """The cached connection if there is a live one; never connects."""
+        with self._lock:
+            return self._fresh((url, username or ""), _fingerprint(password, verify))
+
     def get(self, url, username, password, verify=True, connect_timeout=None,
             read_timeout=60):
         key = (url, username or "")
         fingerprint = _fingerprint(password, verify)
         with self._lock:
-            conn = self._entries.get(key)
-            if conn is not None and conn.fingerprint == fingerprint and (
-                    self.ttl and time.monotonic() - conn.created < self.ttl):
-                self._entries.move_to_end(key)
+            conn = self._fresh(key, fingerprint)
+            if conn is not None:
                 return conn
             create_lock = self._creating.setdefault(key, threading.Lock())
         with create_lock:
             with self._lock:  # another thread may have created it meanwhile
-                conn = self._entries.get(key)
-                if conn is not None and conn.fingerprint == fingerprint and (
-                        self.ttl and time.monotonic() - conn.created < self.ttl):
-                    self._entries.move_to_end(key)
+                conn = self._fresh(key, fingerprint)
+                if conn is not None:
                     return conn
             new = self._connect(url, username, password, verify, connect_timeout,
                                 read_timeout, fingerprint)

@@ -2,7 +2,8 @@
 
 BMCs apply power changes late (sushy-tools' fake driver after 1-11 s, iDRAC
 sometimes after a minute), so each call polls ``PowerState`` every
-``[bmc] power_poll_interval`` seconds for up to ``[bmc] power_timeout``.
+``[bmc] power_poll_interval`` seconds for up to ``[bmc] power_timeout``, the
+first time one interval after the change was requested.
 """
 
 import logging
@@ -10,6 +11,7 @@ import time
 
 from sushy import ResetType
 
+from metalboot_framework.bmc.client import LINKS, POWER
 from metalboot_framework.exceptions import BmcError
 
 LOG = logging.getLogger(__name__)
@@ -17,7 +19,13 @@ LOG = logging.getLogger(__name__)
 ON, OFF = "On", "Off"
 
 
-def power_state(client):
+def power_state(client, reuse=False):
+    """The system's PowerState, read now; with ``reuse``, the one of a document
+    the client read moments ago (see BmcClient.recent_system) if there is one."""
+    recent = client.recent_system(POWER) if reuse else None
+    if recent is not None:
+        return recent.data.get("PowerState")
+
     def read(conn):
         system, _ = client.system_json(conn)
         return system.get("PowerState")
@@ -26,10 +34,13 @@ def power_state(client):
 
 def _reset(client, choices, operation):
     def post(conn):
-        system = client.sushy_system(conn)
+        # the allowed reset types (and the action's target) come from any read of
+        # the system: they do not change
+        system = client.sushy_system(conn, reuse=LINKS)
         allowed = system.get_allowed_reset_system_values()
         for choice in choices:
             if choice in allowed:
+                client.changed(POWER)
                 system.reset_system(choice)
                 return choice.value
         raise BmcError(
@@ -42,10 +53,15 @@ def _reset(client, choices, operation):
 
 
 def wait_for(client, expected, timeout=None, interval=None, since=None):
-    """Poll PowerState until it is ``expected``; BmcError after the timeout."""
+    """Poll PowerState until it is ``expected``; BmcError after the timeout.
+
+    The first read is one ``interval`` after ``since`` (when the change was
+    requested): no BMC shows a power change the moment it accepted it.
+    """
     timeout = client.conf.bmc.power_timeout if timeout is None else timeout
     interval = client.conf.bmc.power_poll_interval if interval is None else interval
     start = since or time.monotonic()
+    time.sleep(max(0.0, start + min(interval, timeout) - time.monotonic()))
     state = None
     while True:
         state = power_state(client)
@@ -63,15 +79,17 @@ def wait_for(client, expected, timeout=None, interval=None, since=None):
 def power_on(client, wait=True):
     if power_state(client) == ON:
         return ON
+    started = time.monotonic()
     _reset(client, (ResetType.ON, ResetType.FORCE_ON), "POST ComputerSystem.Reset (On)")
-    return wait_for(client, ON) if wait else None
+    return wait_for(client, ON, since=started) if wait else None
 
 
 def power_off(client, wait=True):
     if power_state(client) == OFF:
         return OFF
+    started = time.monotonic()
     _reset(client, (ResetType.FORCE_OFF,), "POST ComputerSystem.Reset (ForceOff)")
-    return wait_for(client, OFF) if wait else None
+    return wait_for(client, OFF, since=started) if wait else None
 
 
 def reset(client, wait=True):
@@ -82,7 +100,8 @@ def reset(client, wait=True):
     """
     client.reapply_once_override()
     started = time.monotonic()
-    if power_state(client) != ON:
+    # the system was read moments ago by most callers (to set the boot override)
+    if power_state(client, reuse=True) != ON:
         _reset(client, (ResetType.ON, ResetType.FORCE_ON), "POST ComputerSystem.Reset (On)")
     else:
         kind = _reset(client, (ResetType.FORCE_RESTART, ResetType.POWER_CYCLE),

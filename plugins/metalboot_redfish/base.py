@@ -54,7 +54,7 @@ class RedfishBootInterface(BootInterface):
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path
         try:
-            iso_mod._read_ipxe(path)
+            iso_mod._ipxe_and_digest(path)  # read again only if it changed
         except BootInterfaceError as exc:
             raise ValidationFailed(exc.message, fields={"[redfish] ipxe_efi_path": [
                 "missing or not an EFI binary"]}) from None

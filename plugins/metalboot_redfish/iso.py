@@ -39,17 +39,31 @@ CACHE_SUBDIR = "metalboot_redfish"
 _build_locks = {}
 _build_locks_lock = threading.Lock()
 
+# Every prepare and activate names the ISO, i.e. renders the script and hashes
+# the iPXE binary: both are kept between calls. [artifacts] template_dir ->
+# jinja2 Environment (which caches compiled templates and reloads changed
+# files); iPXE path -> (its stat, content, SHA-256).
+_environments = {}
+_ipxe_files = {}
+
+
+def _environment(template_dir):
+    env = _environments.get(template_dir)
+    if env is None:
+        loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
+        if template_dir:
+            loaders.insert(0, jinja2.FileSystemLoader(template_dir))
+        env = _environments[template_dir] = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    return env
+
 
 def render_script(services, partition_id, interface):
     """The autoexec.ipxe for a partition and interface (chains boot.ipxe by MAC)."""
     conf = services.conf
     opts = redfish_conf.get(conf)
-    loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
-    if conf.artifacts.template_dir:
-        loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
-    env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = _environment(conf.artifacts.template_dir)
     url = services.mac_boot_script_url(interface, mac_variable="${net${idx}/mac}")
     return env.get_template(opts.ipxe_script_template).render(
         interface=interface, partition_id=partition_id, boot_script_url=url,
@@ -71,17 +85,35 @@ def _read_ipxe(path):
     return data
 
 
+def _ipxe_and_digest(path):
+    """(content, SHA-256) of the iPXE binary, read again only when it changed."""
+    try:
+        st = os.stat(path)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = None  # _read_ipxe names the error
+    known = _ipxe_files.get(path)
+    if stamp is not None and known is not None and known[0] == stamp:
+        return known[1], known[2]
+    data = _read_ipxe(path)
+    digest = hashlib.sha256(data).digest()
+    _ipxe_files[path] = (stamp, data, digest)
+    return data, digest
+
+
 class IsoSpec:
     """Everything an ISO is built from; its hash names the cached file."""
 
     def __init__(self, ipxe_efi_path, script, label):
         self.ipxe_efi_path = ipxe_efi_path
-        self.ipxe = _read_ipxe(ipxe_efi_path)
+        self.ipxe, ipxe_digest = _ipxe_and_digest(ipxe_efi_path)
         self.script = script
         self.label = label
         h = hashlib.sha256()
-        for part in (LAYOUT_VERSION.encode(), self.ipxe, script.encode(), label.encode()):
-            h.update(hashlib.sha256(part).digest())
+        for digest in (hashlib.sha256(LAYOUT_VERSION.encode()).digest(), ipxe_digest,
+                       hashlib.sha256(script.encode()).digest(),
+                       hashlib.sha256(label.encode()).digest()):
+            h.update(digest)
         self.digest = h.hexdigest()[:16]
 
     @property

@@ -66,7 +66,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
             fields["BootSourceOverrideTarget"] = [
                 f"neither Cd nor UsbCd is allowed (allowed: "
                 f"{', '.join(state.allowed_targets)})"]
-        if not any(d.is_cd for d in media.devices(client)):
+        if media.find_cd(client) is None:
             fields["VirtualMedia"] = ["no virtual media device takes a CD"]
         if fields:
             raise ValidationFailed(
@@ -81,8 +81,10 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         spec, _ = self.ensure_iso(task.services, task.partition.id)
         url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name)
         client = self.client(task)
-        ejected = media.eject_all(client)
-        device = media.insert_cd(client, url)
+        found = media.devices(client)  # read once: eject and insert act on it
+        ejected = media.eject_all(client, found=found)
+        device = media.insert_cd(client, url, found=found)
+        # read after the insert: the PATCH below and the reset reuse this read
         target = self.cd_target(client.boot_state()) or "Cd"
         enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
         task.record_event(f"{self.name}.override",
@@ -96,12 +98,12 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         client = self.client(task)
         expected = self.iso_url(task.services, task.partition.id)
         drift = []
+        state = client.boot_state()  # first: finding the media reuses this read
         devices = media.devices(client)
         if not any(d.inserted and d.image == expected for d in devices):
             held = [f"{d.id}: {d.image}" for d in devices if d.has_media]
             drift.append(f"virtual media does not hold {expected}"
                          + (f" (holds {'; '.join(held)})" if held else " (nothing inserted)"))
-        state = client.boot_state()
         if state.enabled in base.OVERRIDE_ACTIVE and state.target not in CD_TARGETS:
             drift.append(f"BootSourceOverrideTarget is {state.target} (Enabled "
                          f"{state.enabled}), expected Cd")

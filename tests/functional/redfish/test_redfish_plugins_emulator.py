@@ -208,3 +208,68 @@ def test_virtual_media_iso_cached_per_partition(redfish_services):
     assert iface.get_partition_artifact(services, p1, spec1.name).path == path1
     assert iface.get_partition_artifact(services, p1, "ipxe-0000000000000000.iso") is None
     assert iface.get_partition_artifact(services, p1, "../../etc/passwd") is None
+
+
+def _requests(proxy, start=0):
+    """(method, last path segment) of what the proxy forwarded since ``start``."""
+    return [(method, path.rstrip("/").rsplit("/", 1)[-1]) for method, path, _ in
+            proxy.log[start:]]
+
+
+def test_virtual_media_reads_each_resource_once_per_step(
+        sushy_emulator_with_http_boot_uri, fault_injecting_proxy, redfish_services,
+        partition_artifact_server):
+    """The Redfish requests of validate and activate, counted at the BMC: each
+    resource is read at most once per step (the system after the insert, for the
+    override's PATCH and the reset), nothing is ejected from empty devices, and
+    the power is polled only after the reset."""
+    s = fake_system("count", power_state="On")
+    emu = sushy_emulator_with_http_boot_uri([s])
+    proxy = fault_injecting_proxy(emu.port)
+    services = redfish_services()
+    add_machine(services, proxy.url, s, interface=VMEDIA)
+    iface = services.interfaces.get(VMEDIA)
+    uuid = s["uuid"]
+
+    iface.validate(services.task("count", VMEDIA))
+    # the emulator lists Cd before Floppy: validate stops at the first CD
+    assert _requests(proxy) == [("GET", "v1"), ("GET", uuid), ("GET", "VirtualMedia"),
+                                ("GET", "Cd")]
+    iface.prepare(services.task("count", VMEDIA))
+
+    for again in (False, True):  # the second activate finds the ISO inserted
+        start = len(proxy.log)
+        iface.activate(services.task("count", VMEDIA))
+        made = _requests(proxy, start)
+        reset = made.index(("POST", "ComputerSystem.Reset")) + 1
+        # the devices validate found are remembered with the BMC connection
+        assert made[:reset] == [("GET", "Cd"), ("GET", "Floppy")] + (
+            [("POST", "VirtualMedia.EjectMedia")] if again else []) + [
+            ("POST", "VirtualMedia.InsertMedia"), ("GET", uuid), ("PATCH", uuid),
+            ("POST", "ComputerSystem.Reset")]
+        polls = made[reset:]
+        assert polls and set(polls) == {("GET", uuid)}
+        # polled every power_poll_interval (0.05 s) for a change applied after
+        # 0.2-0.6 s, the first read one interval after the reset
+        assert len(polls) <= 0.6 / 0.05 + 2
+    system = emu.system(uuid)
+    assert system["Boot"]["BootSourceOverrideTarget"] == "Cd" and system["PowerState"] == "On"
+    assert emu.media(uuid)["Cd"]["Inserted"] is True
+
+
+def test_http_url_activate_reads_the_system_once(sushy_emulator_with_http_boot_uri,
+                                                 fault_injecting_proxy, redfish_services):
+    s = fake_system("count-http", power_state="On")
+    emu = sushy_emulator_with_http_boot_uri([s])
+    proxy = fault_injecting_proxy(emu.port)
+    services = redfish_services()
+    add_machine(services, proxy.url, s)
+    uuid = s["uuid"]
+    services.interfaces.get(HTTP).activate(services.task("count-http", HTTP))
+    made = _requests(proxy)
+    reset = made.index(("POST", "ComputerSystem.Reset")) + 1
+    assert made[:reset] == [("GET", "v1"), ("GET", uuid), ("PATCH", uuid),
+                            ("POST", "ComputerSystem.Reset")]
+    assert set(made[reset:]) == {("GET", uuid)}
+    assert emu.system(uuid)["Boot"]["HttpBootUri"] == \
+        services.task("count-http", HTTP).artifact_url("ipxe.iso")

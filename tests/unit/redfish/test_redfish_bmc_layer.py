@@ -139,3 +139,66 @@ def test_manager_virtual_media_and_reset(tmp_path, mock_redfish_bmc):
     power.reset(c)
     assert [b["ResetType"] for m, p, b in bmc.log
             if p.endswith("ComputerSystem.Reset")][-1] == "ForceRestart"
+
+
+def _made(bmc, start=0):
+    return [(m, p) for m, p, _ in bmc.log[start:]]
+
+
+def test_connection_remembers_quirks_and_virtual_media_of_a_system(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Dell Inc.", "R650")  # virtual media under the manager
+    vm = "/redfish/v1/Managers/1/VirtualMedia"
+    conf = make_conf(tmp_path)
+    media.devices(BmcClient(conf, BmcInfo(bmc.url, "root", PASSWORD, False)))
+    assert _made(bmc) == [("GET", "/redfish/v1/"), ("GET", "/redfish/v1/Systems"),
+                          ("GET", SYSTEM), ("GET", "/redfish/v1/Managers/1"),
+                          ("GET", vm), ("GET", vm + "/CD1")]
+    # the next step's client (same BMC connection) goes straight to the devices
+    start = len(bmc.log)
+    again = BmcClient(conf, BmcInfo(bmc.url, "root", PASSWORD, False))
+    assert again.quirks().name == "dell"
+    assert [d.id for d in media.devices(again)] == ["CD1"]
+    assert _made(bmc, start) == [("GET", vm + "/CD1")]
+    # the collection and its device moved (a BMC update): looked up again
+    moved = "/redfish/v1/Managers/1/VM"
+    bmc.docs[moved] = {"Members": [{"@odata.id": moved + "/CD1"}]}
+    bmc.docs[moved + "/CD1"] = dict(bmc.docs.pop(vm + "/CD1"), **{"@odata.id": moved + "/CD1"})
+    bmc.docs["/redfish/v1/Managers/1"]["VirtualMedia"] = {"@odata.id": moved}
+    del bmc.docs[vm]
+    start = len(bmc.log)
+    found = media.devices(BmcClient(conf, BmcInfo(bmc.url, "root", PASSWORD, False)))
+    assert [(d.id, d.path) for d in found] == [("CD1", moved + "/CD1")]
+    assert _made(bmc, start) == [("GET", vm + "/CD1"), ("GET", SYSTEM),
+                                 ("GET", "/redfish/v1/Managers/1"), ("GET", moved),
+                                 ("GET", moved + "/CD1")]
+
+
+def test_boot_patch_and_reset_reuse_a_read_until_they_change_it(tmp_path, mock_redfish_bmc):
+    bmc = mock_redfish_bmc("Contoso")
+    c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False), "1")
+    c.boot_state()
+    start = len(bmc.log)
+    c.set_boot_override("Cd", "Once", "UEFI")  # decided on the read above
+    assert _made(bmc, start) == [("PATCH", SYSTEM)]
+    c.set_boot_override("Pxe", "Once", "UEFI")  # Boot changed since: read again
+    assert _made(bmc, start + 1) == [("GET", SYSTEM), ("PATCH", SYSTEM)]
+    start = len(bmc.log)
+    assert power.reset(c) == "On"  # PowerState and the reset action from that read
+    assert _made(bmc, start)[:1] == [("POST", SYSTEM + "/Actions/ComputerSystem.Reset")]
+    assert set(_made(bmc, start)[1:]) == {("GET", SYSTEM)}
+    start = len(bmc.log)
+    c.set_boot_override("Cd", "Once", "UEFI")  # the last poll's read, after the reset
+    assert _made(bmc, start) == [("PATCH", SYSTEM)]
+    start = len(bmc.log)
+    assert power.reset(c, wait=False) is None  # a Boot PATCH leaves PowerState as read
+    assert _made(bmc, start) == [("POST", SYSTEM + "/Actions/ComputerSystem.Reset")]
+    start = len(bmc.log)
+    c.set_boot_override("Pxe", "Once", "UEFI")  # nothing left to reuse after a reset
+    assert _made(bmc, start) == [("GET", SYSTEM), ("PATCH", SYSTEM)]
+    # a retried attempt (5xx) reads the system again
+    c.boot_state()
+    start = len(bmc.log)
+    bmc.statuses = [503]
+    c.set_boot_override("Cd", "Once", "UEFI")
+    assert _made(bmc, start) == [("PATCH", SYSTEM), ("GET", SYSTEM), ("PATCH", SYSTEM)]
+    assert bmc.boot["BootSourceOverrideTarget"] == "Cd"
