@@ -176,6 +176,8 @@ class MigrationMachine(Base):
     __table_args__ = (
         Index("ix_migration_machines_state", "migration_id", "state", "position"),
         Index("ix_migration_machines_machine", "machine_id"),
+        # the scheduler's looks at machines awaiting boot, across migrations
+        Index("ix_migration_machines_step_updated", "state", "updated_at"),
     )
 
 
