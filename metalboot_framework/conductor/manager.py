@@ -36,8 +36,18 @@ MM = models.MigrationMachine
 RESCAN_INTERVAL = 2.0
 
 _MMT = MM.__table__
+# A tick's view of a migration: counts of the steps that are few (under way,
+# failed), read through the (migration_id, state) index, and whether machines
+# are still queued -- never a count over all of them, which grows with the fleet.
+_TALLIED = tuple(dict.fromkeys(mig.IN_FLIGHT + mig.FAILED + ("cancelled",)))
 _TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
-    _MMT.c.migration_id == bindparam("mig")).group_by(_MMT.c.state, _MMT.c.canary)
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state.in_(_TALLIED)) \
+    .group_by(_MMT.c.state, _MMT.c.canary)
+# Canaries are the first queued machines and start first: the first queued one
+# tells whether any (canary) machine is still queued.
+_FIRST_QUEUED = select(_MMT.c.canary).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+    .order_by(_MMT.c.position).limit(1)
 _QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
     .order_by(_MMT.c.position).limit(bindparam("n"))
@@ -192,11 +202,18 @@ class Conductor:
                     migration.state in ("cancelling", "halted"):
                 self._close_if_finished(migration)
 
-    def _tally(self, migration_id):
-        """Machines of a migration per (step, canary): one query serves a tick."""
-        with self.services.db.read_conn() as conn:
-            return {(state, bool(canary)): n for state, canary, n in conn.execute(
-                _TALLY, {"mig": migration_id})}
+    def _tally(self, migration_id, conn=None):
+        """{(step, canary): machines} for the steps in _TALLIED, plus ("queued",
+        canary of the first queued machine): 1 while machines are queued."""
+        if conn is None:
+            with self.services.db.read_conn() as conn:
+                return self._tally(migration_id, conn)
+        params = {"mig": migration_id}
+        tally = {(state, bool(canary)): n for state, canary, n in conn.execute(_TALLY, params)}
+        first = conn.execute(_FIRST_QUEUED, params).first()
+        if first is not None:
+            tally[("queued", bool(first.canary))] = 1
+        return tally
 
     def _submit(self, migration_id, machine_id):
         self._start(machine_id, self.runner.run, migration_id, machine_id)
@@ -275,8 +292,7 @@ class Conductor:
         with self.services.write(core=True) as unit:
             conn = unit.session
             conn.execute(_LOCK_MIGRATION, {"mig": migration.id})
-            tally = {(state, bool(canary)): n for state, canary, n in conn.execute(
-                _TALLY, {"mig": migration.id})}
+            tally = self._tally(migration.id, conn)
             in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
             capacity = min(options["max_parallel"] - in_flight, idle)
             if capacity <= 0:
