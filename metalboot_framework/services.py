@@ -155,9 +155,8 @@ class Services:
         return result
 
     def record_event(self, machine_id, kind, message, data=None, migration_id=None):
-        with self.write() as unit:
-            unit.event(kind, message, machine_id=machine_id, migration_id=migration_id,
-                       data=data)
+        self.write_grouped(lambda unit: unit.event(
+            kind, message, machine_id=machine_id, migration_id=migration_id, data=data))
 
     # -- URLs and scripts -----------------------------------------------------
     @property

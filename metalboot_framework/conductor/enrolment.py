@@ -54,15 +54,22 @@ class Enroller:
         """Enrol the machine if it is still enrolling and unlocked; returns its new
         state, or None if someone else had it."""
         params = {"mid": machine_id, "host": self.host, "now": models.utcnow()}
-        with self.services.db.write_conn() as conn:
-            if not conn.execute(CLAIM, params).rowcount:
+
+        def claim(unit):
+            if not unit.session.execute(CLAIM, params).rowcount:
                 return None
-            machine, partition = self.services.snapshot(conn, machine_id)
+            return self.services.snapshot(unit.session, machine_id)
+
+        claimed = self.services.write_grouped(claim)
+        if claimed is None:
+            return None
+        released = False
         try:
-            return self._enrol(machine, partition)
+            new, released = self._enrol(*claimed, release=params)
+            return new
         finally:
-            with self.services.db.write_conn() as conn:
-                conn.execute(RELEASE, params)
+            if not released:
+                self.services.write_grouped(lambda unit: unit.session.execute(RELEASE, params))
 
     def _call(self, machine, partition, interface, step):
         try:
@@ -76,7 +83,8 @@ class Enroller:
             return f"{interface} {step}: {type(exc).__name__}: {exc}"
         return None
 
-    def _enrol(self, machine, partition):
+    def _enrol(self, machine, partition, release):
+        """Returns (new state or None, whether the lock was released with it)."""
         target, previous = machine.boot_interface, machine.prepared_interface
         error = None
         if target not in self.services.interfaces:
@@ -89,7 +97,8 @@ class Enroller:
             error = self._call(machine, partition, target, "validate") or \
                 self._call(machine, partition, target, "prepare")
         new = "error" if error else "ready"
-        with self.services.write(core=True) as unit:
+
+        def finish(unit):
             conn = unit.session
             if error is None:
                 conn.execute(PREPARED, {"mid": machine.id, "iface": target})
@@ -106,9 +115,12 @@ class Enroller:
                            message, machine_id=machine.id,
                            data={"boot_interface": target, "previous": previous,
                                  "error": error})
-        if not finished:
-            return None  # a migration took it, or its interface changed meanwhile
+            conn.execute(RELEASE, release)
+            return finished
+
+        if not self.services.write_grouped(finish):
+            return None, True  # a migration took it, or its interface changed meanwhile
         log = LOG.warning if error else LOG.info
         log("machine %s: %s", machine.id, f"enrolment on {target} failed: {error}" if error
             else f"enrolled on {target}", extra={"machine_id": machine.id})
-        return new
+        return new, True
