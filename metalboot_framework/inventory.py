@@ -400,12 +400,13 @@ def patch_machine(services, machine_id, data):
                 raise Conflict(f"machine {machine_id} is migrating; its state follows the "
                                f"migration", fields={"state": ["machine is migrating"]})
             m.state = data["state"]
-            if m.state == "enrolling":
+            if m.state in ("ready", "enrolling"):
                 m.last_error = None
-        if m.state == "ready" and m.boot_interface != m.prepared_interface:
-            # Not prepared for its (new) boot interface yet: the conductor enrols it.
+        if m.state == "ready" and (m.boot_interface != m.prepared_interface
+                                   or MIGRATION_FROZEN_FIELDS & set(data) - {"boot_interface"}):
+            # Not prepared for its (new) boot interface, or what it was prepared
+            # from changed (NICs, BMC, partition, boot mode): the conductor enrols it.
             m.state = "enrolling"
-            m.last_error = None
         if "nics" in data:
             s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
             s.flush()

@@ -68,7 +68,8 @@ def _skip_reason(machine, target, services):
     if machine.state == "maintenance":
         return "machine is in maintenance"
     if machine.state == "error":
-        return "machine is in error (a rollback failed); set it ready after repair"
+        return ("machine is in error (a failed rollback or enrolment, see its last_error); "
+                "set it ready after repair")
     if machine.boot_interface not in services.interfaces:
         return (f"its boot interface {machine.boot_interface} is not enabled, so it could "
                 f"not be rolled back")

@@ -94,7 +94,7 @@ class BatchCache:
             if not self._scheduled:
                 self._scheduled = True
                 loop.call_soon(self._flush)
-        return await future
+        return await asyncio.shield(future)  # one waiter's cancel is not everyone's
 
     def _flush(self):
         self._scheduled = False
@@ -695,7 +695,6 @@ def main(argv=None):
     if CONF.boot_server.workers > 1:
         return _serve_workers(CONF.boot_server.workers)
     _serve_process(reuse_port=False)
-    return 0
     return 0
 
 

@@ -89,28 +89,34 @@ class Enroller:
         error = None
         if target not in self.services.interfaces:
             error = f"its boot interface {target} is not enabled"
-        if error is None and previous and previous != target \
-                and previous in self.services.interfaces:
-            error = self._call(machine, partition, previous, "clean_up")
+        note = ""
+        if error is None and previous and previous != target:
+            if previous in self.services.interfaces:
+                error = self._call(machine, partition, previous, "clean_up")
+                note = f" ({previous} cleaned up)"
+            else:
+                note = f" ({previous} is not enabled: its traces were not cleaned up)"
         cleaned = error is None and previous != target
+        prepare_failed = False
         if error is None:
-            error = self._call(machine, partition, target, "validate") or \
-                self._call(machine, partition, target, "prepare")
+            error = self._call(machine, partition, target, "validate")
+            if error is None:
+                error = self._call(machine, partition, target, "prepare")
+                prepare_failed = error is not None  # maybe half done: not prepared
         new = "error" if error else "ready"
 
         def finish(unit):
             conn = unit.session
             if error is None:
                 conn.execute(PREPARED, {"mid": machine.id, "iface": target})
-            elif cleaned:
+            elif cleaned or prepare_failed:
                 conn.execute(PREPARED, {"mid": machine.id, "iface": None})
             finished = conn.execute(FINISH, {
                 "mid": machine.id, "iface": target, "state": new, "error": error,
                 "now": models.utcnow()}).rowcount
             if finished:
                 message = f"enrolment on {target} failed: {error}" if error else \
-                    f"enrolled: prepared for {target}" + (
-                        f" ({previous} cleaned up)" if previous and previous != target else "")
+                    f"enrolled: prepared for {target}{note}"
                 unit.event("machine.enrolment_failed" if error else "machine.enrolled",
                            message, machine_id=machine.id,
                            data={"boot_interface": target, "previous": previous,

@@ -479,9 +479,13 @@ class Conductor:
             machines = s.execute(select(models.Machine.id, models.Machine.boot_interface,
                                         models.Machine.drift)
                                  .where(models.Machine.state == "ready")).all()
-        checks = [self._pool.submit(self._check_one, m.id, m.boot_interface, m.drift)
-                  for m in machines if m.boot_interface in self.services.interfaces]
-        concurrent.futures.wait(checks)
+        # A pool of its own: drift checks of a whole fleet must not queue ahead of
+        # migration steps in the workers' pool.
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(8, self.conf.conductor.workers),
+                thread_name_prefix="conductor-drift") as pool:
+            checks = [pool.submit(self._check_one, m.id, m.boot_interface, m.drift)
+                      for m in machines if m.boot_interface in self.services.interfaces]
         return sum(1 for c in checks if c.result())
 
     def _check_one(self, machine_id, interface, previous):

@@ -7,8 +7,9 @@ single writer thread takes whatever work is queued, runs it in one
 transaction, commits once and then wakes every caller with its result: a
 caller returns only after its writes are committed, as before.
 
-If one piece of work raises, the batch is rolled back and each piece is run
-again in a transaction of its own, so one failure fails only its caller.
+If one piece of work raises, the batch is rolled back, that caller gets the
+error and the others are run again each in a transaction of its own; if the
+database fails (connecting, committing), every caller of the batch gets it.
 """
 
 import concurrent.futures
@@ -34,11 +35,9 @@ class GroupCommitter:
     def run(self, work):
         """Run ``work(conn)`` in a write transaction; its result once committed."""
         if threading.current_thread() is self._thread:
-            with self._connect() as conn:  # nested use from inside a batch
-                result = work(conn)
-                if self._finish is not None:
-                    self._finish(conn, [result])
-                return result
+            # The batch holds the write transaction (on SQLite the process's write
+            # lock): a second one from here would wait for itself.
+            raise RuntimeError("a grouped write must not start another write")
         future = concurrent.futures.Future()
         self._queue.put((work, future))
         self._ensure_thread()
@@ -60,20 +59,35 @@ class GroupCommitter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # no caller may wait forever
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                raise
 
     def _commit(self, batch):
+        failed = None  # the work that raised, if it was a work
         try:
             with self._connect() as conn:
-                results = [work(conn) for work, _ in batch]
+                results = []
+                for index, (work, _) in enumerate(batch):
+                    failed = index
+                    results.append(work(conn))
+                failed = None
                 if self._finish is not None:
                     self._finish(conn, results)
         except Exception as exc:
-            if len(batch) == 1:
-                batch[0][1].set_exception(exc)
+            if failed is None or len(batch) == 1:
+                # the database itself failed (connect, commit): every caller learns it
+                for _, future in batch:
+                    future.set_exception(exc)
                 return
-            LOG.debug("a batch of %d writes failed; running them one by one", len(batch))
-            for item in batch:
+            LOG.debug("a write of a batch of %d failed; running the others one by one",
+                      len(batch))
+            batch[failed][1].set_exception(exc)
+            for item in batch[:failed] + batch[failed + 1:]:
                 self._commit([item])
             return
         for (_, future), result in zip(batch, results, strict=True):

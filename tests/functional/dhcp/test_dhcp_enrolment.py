@@ -107,3 +107,13 @@ def test_registered_on_pxe_is_enrolled_and_moves_at_rest(net, dnsmasq, kea, clie
     assert r.status_code == 200 and r.json()["state"] == "enrolling", r.text
     fixed = {m["id"]: m for m in server.wait_enrolled()}[bad["id"]]
     assert (fixed["state"], fixed["last_error"]) == ("ready", None), fixed
+
+    # a NIC changed at rest: enrolled again, the DHCP entries follow the new MAC
+    r = server.request("PATCH", f"/v1/machines/{a['id']}",
+                       json={"nics": [dict(a["nic"], mac="52:54:00:77:10:aa")]})
+    assert r.status_code == 200 and r.json()["state"] == "enrolling", r.text
+    got = {m["id"]: m for m in server.wait_enrolled()}[a["id"]]
+    assert (got["state"], got["prepared_interface"]) == ("ready", PXE), got
+    hosts = (dnsmasq.hostsdir / f"metalboot-{a['id']}").read_text()
+    assert "52:54:00:77:10:aa," in hosts and a["nic"]["mac"] not in hosts, hosts
+    assert bootfile(clients.v4("52:54:00:77:10:aa", arch=7)) == "snponly.efi"

@@ -1,0 +1,82 @@
+"""Group commit: many threads' writes in shared transactions; failures stay theirs."""
+
+import concurrent.futures
+import contextlib
+import threading
+
+import pytest
+import sqlalchemy
+
+from metalboot_framework.store.group_commit import GroupCommitter
+
+
+@pytest.fixture
+def engine(tmp_path):
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/gc.sqlite")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (n INTEGER PRIMARY KEY)")
+    yield engine
+    engine.dispose()
+
+
+def rows(engine):
+    with engine.connect() as conn:
+        return sorted(n for (n,) in conn.exec_driver_sql("SELECT n FROM t"))
+
+
+def insert(n):
+    def work(conn):
+        conn.exec_driver_sql(f"INSERT INTO t (n) VALUES ({n})")
+        return n
+    return work
+
+
+def test_many_threads_few_transactions_and_a_failing_work_fails_alone(engine):
+    transactions = []
+
+    @contextlib.contextmanager
+    def connect():
+        with engine.begin() as conn:
+            transactions.append(1)
+            yield conn
+
+    gate = threading.Event()
+    group = GroupCommitter(connect)
+    # hold the writer in a first batch so that the next 40 queue up together
+    first = concurrent.futures.ThreadPoolExecutor(1).submit(
+        group.run, lambda conn: gate.wait(10))
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        futures = [pool.submit(group.run, insert(n)) for n in range(1, 41)]
+        futures.append(pool.submit(group.run, insert(5)))  # duplicate key: raises
+        gate.set()
+        assert first.result(10) is True
+        results = [f.exception() or f.result() for f in futures]
+    assert results[:40] == list(range(1, 41))
+    assert isinstance(results[40], sqlalchemy.exc.IntegrityError)
+    assert rows(engine) == list(range(1, 41))
+    assert len(transactions) < 41
+
+
+def test_a_database_failure_reaches_every_caller(engine):
+    @contextlib.contextmanager
+    def connect():
+        raise sqlalchemy.exc.OperationalError("BEGIN", {}, Exception("database is down"))
+        yield  # pragma: no cover
+
+    group = GroupCommitter(connect)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(group.run, insert(n)) for n in range(8)]
+        errors = [f.exception(10) for f in futures]
+    assert all(isinstance(e, sqlalchemy.exc.OperationalError) for e in errors), errors
+
+
+def test_a_write_inside_a_grouped_write_is_refused(engine):
+    group = GroupCommitter(engine.begin)
+
+    def nested(conn):
+        return group.run(insert(1))
+
+    with pytest.raises(RuntimeError, match="must not start another write"):
+        group.run(nested)
+    assert group.run(insert(2)) == 2  # the writer is still there
+    assert rows(engine) == [2]
