@@ -217,6 +217,9 @@ class StepRunner:
             error = self._call(job, target, "activate")
         elif state == "verifying":
             error = self._call(job, source, "clean_up")
+            stale = self._stale_interface(job)
+            if error is None and stale:
+                error = self._call(job, stale, "clean_up")
         if error and state == "validating":
             # validate changes nothing (the contract), so nothing is rolled back:
             # the target's clean_up would only talk again to the BMC or DHCP server
@@ -231,6 +234,9 @@ class StepRunner:
         """Remove the target's traces; if the machine may have been reset onto the
         target, make it boot through its source again."""
         steps = [(job.target, "clean_up")]
+        stale = self._stale_interface(job)
+        if stale:
+            steps.append((stale, "clean_up"))
         if job.activated_at is not None:
             steps += [(job.source, "prepare"), (job.source, "activate")]
         elif job.machine.prepared_interface != job.source:
@@ -244,6 +250,15 @@ class StepRunner:
                                     error=f"rollback failed: {error}")
         return self._finish(job, "rolled_back", f"rolled back to {job.source}" + (
             "" if job.activated_at else " (it had not been reset)"))
+
+    def _stale_interface(self, job):
+        """An interface the machine is still prepared for that is neither source nor
+        target (its boot_interface changed at rest, and a migration took it before
+        it was enrolled again): cleaned up with the source, or in a rollback."""
+        stale = job.machine.prepared_interface
+        if stale in (None, job.source, job.target) or stale not in self.services.interfaces:
+            return None
+        return stale
 
     def _vetoes(self, migration_id, machine_id):
         if not self.services.hooks.has("metalboot_veto_machine"):
