@@ -41,7 +41,7 @@ import requests
 
 from benchmarks.common import (SUMMARY_HEADER, BootServer, MetalbootServer, cpu_seconds, fmt,
                                free_port, loadavg, mac, machine_id, machine_tokens, partition_iso,
-                               table, verdict, wait_http)
+                               table, verdict, wait_http, with_children)
 
 IFACE = "redfish-virtual-media-ipxe"
 IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
@@ -142,11 +142,7 @@ class Nginx:
 
     def pids(self):
         """The master and its workers (the workers do the serving)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-                return [self.proc.pid] + [int(p) for p in f.read().split()]
-        except OSError:
-            return [self.proc.pid]
+        return with_children(self.proc.pid)
 
     def stop(self):
         if self.proc.poll() is None:

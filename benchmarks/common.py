@@ -232,11 +232,7 @@ class BootServer(MetalbootServer):
 
     def pids(self):
         """The process and its workers ([boot_server] workers > 1)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-                return [self.proc.pid] + [int(p) for p in f.read().split()]
-        except OSError:
-            return [self.proc.pid]
+        return with_children(self.proc.pid)
 
     def committed(self):
         """(evidence rows, transactions) of all its processes, from their logs at exit."""
@@ -244,3 +240,12 @@ class BootServer(MetalbootServer):
             found = re.findall(r"boot evidence committed: (\d+) rows in (\d+) transactions",
                                f.read())
         return (sum(int(r) for r, _ in found), sum(int(t) for _, t in found))
+
+
+def with_children(pid):
+    """``pid`` and its child processes (a server's workers)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [pid] + [int(p) for p in f.read().split()]
+    except OSError:
+        return [pid]

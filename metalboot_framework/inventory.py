@@ -453,24 +453,22 @@ def evidence_dict(ev):
             "client_address": ev.client_address, "created_at": iso(ev.created_at)}
 
 
-def machine_evidence(services, machine_id, since=0, limit=100):
-    """The machine's recorded fetches and boot reports, oldest first, after id ``since``."""
+def _machine_history(services, machine_id, model, since, limit):
+    """Rows of ``model`` (events, evidence) of a machine after id ``since``, oldest first."""
     with services.db.read() as s:
         if s.get(models.Machine, machine_id) is None:
             raise NotFound(f"machine {machine_id} not found")
-        rows = list(s.scalars(select(models.BootEvidence).where(
-            models.BootEvidence.machine_id == machine_id, models.BootEvidence.id > since)
-            .order_by(models.BootEvidence.id).limit(limit)))
+        return list(s.scalars(select(model).where(
+            model.machine_id == machine_id, model.id > since).order_by(model.id).limit(limit)))
+
+
+def machine_evidence(services, machine_id, since=0, limit=100):
+    """The machine's recorded fetches and boot reports, oldest first, after id ``since``."""
+    rows = _machine_history(services, machine_id, models.BootEvidence, since, limit)
     return [evidence_dict(ev) for ev in rows], (rows[-1].id if rows else since)
 
 
 def machine_events(services, machine_id, since=0, limit=100):
     from metalboot_framework.services import event_dict
-    with services.db.read() as s:
-        if s.get(models.Machine, machine_id) is None:
-            raise NotFound(f"machine {machine_id} not found")
-        rows = list(s.scalars(select(models.Event).where(
-            models.Event.machine_id == machine_id, models.Event.id > since)
-            .order_by(models.Event.id).limit(limit)))
-    events = [event_dict(ev) for ev in rows]
-    return events, (rows[-1].id if rows else since)
+    rows = _machine_history(services, machine_id, models.Event, since, limit)
+    return [event_dict(ev) for ev in rows], (rows[-1].id if rows else since)

@@ -436,3 +436,22 @@ def clients(net):
         yield workers
     finally:
         workers.stop()
+
+
+def server_conf(dnsmasq, kea, efi):
+    """metalboot configuration for pxe and dhcp-httpboot with these servers."""
+    return f"""\
+enabled_boot_interfaces = fake,pxe,dhcp-httpboot
+default_boot_interface = fake
+[dnsmasq]
+hostsdir = {dnsmasq.hostsdir}
+optsdir = {dnsmasq.optsdir}
+pid_file = {dnsmasq.pid_file}
+[kea]
+include_file = {kea.include}
+control_socket = {kea.socket}
+[dhcp]
+ipv6_dns_servers = {SERVER_V6}
+[dhcp_httpboot]
+ipxe_efi_path = {efi}
+"""

@@ -12,36 +12,18 @@ import re
 import pytest
 import requests
 
-from tests.functional.dhcp.conftest import SERVER_V6
+from tests.functional.dhcp.conftest import server_conf
 from tests.functional.dhcp.test_dhcp_migrations import (
     HTTPBOOT, MACHINES, PXE, assert_dnsmasq, assert_kea, bootfile, v6_url)
 
 pytestmark = pytest.mark.functional
 
 
-def _conf(dnsmasq, kea, efi):
-    return f"""\
-enabled_boot_interfaces = fake,{PXE},{HTTPBOOT}
-default_boot_interface = fake
-[dnsmasq]
-hostsdir = {dnsmasq.hostsdir}
-optsdir = {dnsmasq.optsdir}
-pid_file = {dnsmasq.pid_file}
-[kea]
-include_file = {kea.include}
-control_socket = {kea.socket}
-[dhcp]
-ipv6_dns_servers = {SERVER_V6}
-[dhcp_httpboot]
-ipxe_efi_path = {efi}
-"""
-
-
 def test_registered_on_pxe_is_enrolled_and_moves_at_rest(net, dnsmasq, kea, clients,
                                                           server_factory, tmp_path):
     efi = tmp_path / "ipxe.efi"
     efi.write_bytes(b"MZ" + bytes(4096))
-    server = server_factory(extra_conf=_conf(dnsmasq, kea, efi)).start()
+    server = server_factory(extra_conf=server_conf(dnsmasq, kea, efi)).start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
     a, c = MACHINES["A"], MACHINES["C"]
     r = server.request("POST", "/v1/machines", json=[

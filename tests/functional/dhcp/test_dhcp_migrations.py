@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from metalboot_framework.testing.simulator import SILENT, SimulatedFleet
-from tests.functional.dhcp.conftest import SERVER_V4, SERVER_V6
+from tests.functional.dhcp.conftest import SERVER_V4, SERVER_V6, server_conf
 from tests.functional.test_migrations import machine_states, migrate, steps_of, wait_for
 
 pytestmark = pytest.mark.functional
@@ -256,21 +256,7 @@ def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
     snponly = os.urandom(3000)
     (dnsmasq.tftp / "snponly.efi").write_bytes(snponly)
     (tmp_path / "tftp-got").mkdir()
-    server = server_factory(extra_conf=f"""\
-enabled_boot_interfaces = fake,{PXE},{HTTPBOOT}
-default_boot_interface = fake
-[dnsmasq]
-hostsdir = {dnsmasq.hostsdir}
-optsdir = {dnsmasq.optsdir}
-pid_file = {dnsmasq.pid_file}
-[kea]
-include_file = {kea.include}
-control_socket = {kea.socket}
-[dhcp]
-ipv6_dns_servers = {SERVER_V6}
-[dhcp_httpboot]
-ipxe_efi_path = {efi}
-""").start()
+    server = server_factory(extra_conf=server_conf(dnsmasq, kea, efi)).start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
     machines = list(MACHINES.values())
     a, b, c = (m["id"] for m in machines)
