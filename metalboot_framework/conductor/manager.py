@@ -22,7 +22,7 @@ from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor.enrolment import Enroller
-from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
+from metalboot_framework.conductor.steps import RUNNABLE, StepRunner, Transition
 from metalboot_framework.store import models
 from metalboot_framework.task import BootTask
 
@@ -215,16 +215,24 @@ class Conductor:
             tally[("queued", bool(first.canary))] = 1
         return tally
 
-    def _submit(self, migration_id, machine_id):
-        self._start(machine_id, self.runner.run, migration_id, machine_id)
+    def _submit(self, migration_id, machine_id, job=None):
+        return self._start(machine_id, self.runner.run, migration_id, machine_id, job)
+
+    def _submit_claimed(self, migration_id, jobs):
+        """Hand machines whose locks the tick took to workers (releasing any a
+        worker still has: it will see the machine's step on a later tick)."""
+        refused = [machine_id for machine_id, job in jobs.items()
+                   if not self._submit(migration_id, machine_id, job)]
+        self.runner.release(refused)
 
     def _start(self, machine_id, work, *args):
         """Hand work on a machine to a worker unless one already has the machine."""
         with self._in_flight_lock:
             if machine_id in self._in_flight:
-                return
+                return False
             self._in_flight.add(machine_id)
         self._pool.submit(self._work, machine_id, work, *args)
+        return True
 
     def _idle_workers(self):
         with self._in_flight_lock:
@@ -288,7 +296,6 @@ class Conductor:
         if idle <= 0:
             return
         options = migration.options
-        started = []
         with self.services.write(core=True) as unit:
             conn = unit.session
             conn.execute(_LOCK_MIGRATION, {"mig": migration.id})
@@ -299,17 +306,21 @@ class Conductor:
                 return
             canaries_open = sum(n for (state, canary), n in tally.items()
                                 if canary and state not in mig.SUCCEEDED)
-            for machine_id, canary in conn.execute(
-                    _CANARIES_QUEUED if canaries_open else _QUEUED,
-                    {"mig": migration.id, "n": capacity}).all():
-                done = self.runner.apply(unit, migration.id, machine_id, "queued", "validating",
-                                         "started" + (" (canary)" if canary else ""),
-                                         options=options)
-                if done is not None:
-                    started.append(done)
+            starts = [Transition(migration.id, machine_id, "queued", "validating",
+                                 "started" + (" (canary)" if canary else ""), options=options)
+                      for machine_id, canary in conn.execute(
+                          _CANARIES_QUEUED if canaries_open else _QUEUED,
+                          {"mig": migration.id, "n": capacity}).all()]
+            started = [done for done in self.runner.apply_many(
+                conn, starts, [unit] * len(starts)) if done is not None]
+            # take their locks and read their first step now: one query for all
+            jobs = self.runner.claim_many(conn, migration.id, [d[1] for d in started])
         for done in started:
             self.runner.announce(done)
-            self._submit(migration.id, done[1])
+        self._submit_claimed(migration.id, jobs)
+        for done in started:
+            if done[1] not in jobs:  # locked by someone else: a later scan runs it
+                self._submit(migration.id, done[1])
 
     def _check_evidence(self, full=False):
         """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline.
@@ -367,18 +378,29 @@ class Conductor:
                                             reason=error, error=error)))
         if not moves:
             return
-        moved = []
         with self.services.write(core=True) as unit:
-            for w, found, change in moves:
-                done = self.runner.apply(unit, w.migration_id, w.machine_id, **change)
-                if done is not None:
-                    moved.append((w, found, done))
+            conn = unit.session
+            dones = self.runner.apply_many(conn, [
+                Transition(w.migration_id, w.machine_id, **change) for w, _, change in moves],
+                [unit] * len(moves))
+            moved = [(w, found, done) for (w, found, _), done in zip(moves, dones, strict=True)
+                     if done is not None]
+            by_migration = {}
+            for w, _, done in moved:
+                if done[3] in RUNNABLE:
+                    by_migration.setdefault(w.migration_id, []).append(w.machine_id)
+            jobs = {mid: self.runner.claim_many(conn, mid, ids)
+                    for mid, ids in by_migration.items()}
         for w, found, done in moved:
             self.runner.announce(done)
             if found is not None:
                 metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
                                               found.created_at)
-            self._submit(w.migration_id, w.machine_id)
+        for migration_id, claimed in jobs.items():
+            self._submit_claimed(migration_id, claimed)
+        for w, _, done in moved:
+            if done[3] in RUNNABLE and w.machine_id not in jobs.get(w.migration_id, ()):
+                self._submit(w.migration_id, w.machine_id)
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""

@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, case, select, update
 from metalboot_framework import metrics
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_framework.migrations import MM
+from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
 from metalboot_framework.task import BootTask
 
@@ -33,16 +34,22 @@ _mid, _host = bindparam("mid"), bindparam("host")
 
 # Statements built once: building SQL expressions per call costs more than
 # running them.
-CLAIM = update(_MACHINES).where(_MACHINES.c.id == _mid, _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now"))
 RELEASE = update(_MACHINES).where(_MACHINES.c.id == _mid, _MACHINES.c.reservation == _host) \
     .values(reservation=None, reserved_at=None)
-JOB = select(_MMT.c.state, _MMT.c.source_boot_interface, _MMT.c.activated_at,
-             _MIGRATIONS.c.target_boot_interface,
-             _MIGRATIONS.c.state.label("migration_state"), _MIGRATIONS.c.options) \
+# The same for many machines at once (ids in an expanding IN).
+_mids = bindparam("mids", expanding=True)
+CLAIM_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
+                                     _MACHINES.c.reservation.is_(None)) \
+    .values(reservation=_host, reserved_at=bindparam("now")).returning(_MACHINES.c.id)
+RELEASE_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
+                                       _MACHINES.c.reservation == _host) \
+    .values(reservation=None, reserved_at=None)
+JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
+              _MMT.c.activated_at, _MIGRATIONS.c.target_boot_interface,
+              _MIGRATIONS.c.state.label("migration_state"), _MIGRATIONS.c.options) \
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
-    .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
-_SWITCH = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
+    .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
+_SWITCH = update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
     boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
     last_error=None, updated_at=bindparam("now"))
 # Back at rest: ready if prepared for its interface, else the conductor enrols it
@@ -63,13 +70,20 @@ _TRANSITIONS = {}
 
 
 def _transition_stmt(keys):
-    """UPDATE of a migration machine from an expected state, per set of columns."""
+    """UPDATE of migration machines from an expected state, per set of columns:
+    returns the ids of the machines that were in that state."""
     stmt = _TRANSITIONS.get(keys)
     if stmt is None:
         stmt = _TRANSITIONS[keys] = update(_MMT).where(
-            _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid,
-            _MMT.c.state == bindparam("old")).values({k: bindparam(f"v_{k}") for k in keys})
+            _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
+            _MMT.c.state == bindparam("old")).values({k: bindparam(f"v_{k}") for k in keys}) \
+            .returning(_MMT.c.machine_id)
     return stmt
+
+
+def _chunks(items, size=500):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 FORWARD = {"validating": "preparing", "preparing": "activating", "activating": "awaiting_boot",
@@ -78,6 +92,29 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+# Where a machine is back at rest when it gets there.
+_AT_REST = ("rolled_back", "skipped", "cancelled")
+_FINISHED = ("done", "rollback_failed", "valid", "invalid") + _AT_REST
+
+
+@dataclasses.dataclass
+class Transition:
+    """One machine's move from one persisted step to the next.
+
+    ``release`` also drops this conductor's lock on the machine; ``names`` is
+    (source, target) interface names, if the caller knows them.
+    """
+
+    migration_id: str
+    machine_id: str
+    old: str
+    new: str
+    reason: str
+    error: str | None = None
+    evidence_id: int | None = None
+    release: bool = False
+    options: dict | None = None
+    names: tuple | None = None
 
 
 @dataclasses.dataclass
@@ -108,42 +145,56 @@ class StepRunner:
         self.cancelling = frozenset()
 
     # -- the step -------------------------------------------------------------------
-    def _claim(self, migration_id, machine_id):
-        """Take the machine's lock and read what the step needs, in one transaction.
+    def claim_many(self, conn, migration_id, machine_ids):
+        """Take the locks of those of ``machine_ids`` nobody holds and read what
+        their steps need, in ``conn``'s transaction: {machine id: :class:`Job`}.
 
-        Returns a :class:`Job`, or None when the machine is locked by someone
-        else or its step is not runnable any more.
+        A machine whose step is not runnable any more is released again.
         """
-        params = {"mid": machine_id, "host": self.host, "mig": migration_id,
-                  "now": models.utcnow()}
+        now = models.utcnow()
+        jobs = {}
+        for ids in _chunks(list(machine_ids)):
+            claimed = list(conn.execute(CLAIM_MANY, {"mids": ids, "host": self.host,
+                                                      "now": now}).scalars())
+            if not claimed:
+                continue
+            rows = {row.machine_id: row for row in conn.execute(
+                JOBS, {"mig": migration_id, "mids": claimed})}
+            snapshots = self.services.snapshots(conn, claimed)
+            idle = []
+            for machine_id in claimed:
+                row = rows.get(machine_id)
+                if row is None or row.state not in RUNNABLE or machine_id not in snapshots:
+                    idle.append(machine_id)
+                    continue
+                machine, partition = snapshots[machine_id]
+                jobs[machine_id] = Job(
+                    migration_id, machine_id, row.state, row.source_boot_interface,
+                    row.target_boot_interface, row.activated_at, row.migration_state,
+                    row.options, machine, partition)
+            if idle:
+                conn.execute(RELEASE_MANY, {"mids": idle, "host": self.host})
+        return jobs
 
-        def claim(conn):
-            if not conn.execute(CLAIM, params).rowcount:
-                return None
-            row = conn.execute(JOB, params).first()
-            if row is None or row.state not in RUNNABLE:
-                conn.execute(RELEASE, params)
-                return None
-            return (row,) + self.services.snapshot(conn, machine_id)
+    def release(self, machine_ids):
+        """Drop this conductor's locks on machines it claimed but will not run."""
+        if machine_ids:
+            self.services.write_grouped(lambda unit: unit.session.execute(
+                RELEASE_MANY, {"mids": list(machine_ids), "host": self.host}))
 
-        claimed = self.services.write_grouped(lambda unit: claim(unit.session))
-        if claimed is None:
-            return None
-        row, machine, partition = claimed
-        return Job(migration_id, machine_id, row.state, row.source_boot_interface,
-                   row.target_boot_interface, row.activated_at, row.migration_state,
-                   row.options, machine, partition)
-
-    def run(self, migration_id, machine_id):
+    def run(self, migration_id, machine_id, job=None):
         """Run the machine's steps while they are runnable, holding its lock.
 
-        Each step's outcome is persisted before the next starts, so a crash
-        loses at most the step in progress. Returns the state the machine is in
-        afterwards, or None if nothing ran.
+        ``job``: what :meth:`claim_many` read when it took the lock; without
+        it the lock is taken here. Each step's outcome is persisted before the
+        next starts, so a crash loses at most the step in progress. Returns the
+        state the machine is in afterwards, or None if nothing ran.
         """
-        job = self._claim(migration_id, machine_id)
         if job is None:
-            return None
+            job = self.services.write_grouped(lambda unit: self.claim_many(
+                unit.session, migration_id, [machine_id])).get(machine_id)
+            if job is None:
+                return None
         try:
             while True:
                 started = time.monotonic()
@@ -173,9 +224,8 @@ class StepRunner:
     def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
-
-        done = self.services.write_grouped(lambda unit: self.apply(
-            unit, job.migration_id, job.machine_id, job.state, new, reason, error=error,
+        done = self.services.write_batched(self._apply_batch, Transition(
+            job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target)))
         if done is not None:
             self.announce(done)
@@ -275,63 +325,111 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
-        done = self.services.write_grouped(lambda unit: self.apply(
-            unit, migration_id, machine_id, old, new, reason, error=error,
-            evidence_id=evidence_id, release=release, options=options))
+        done = self.services.write_batched(self._apply_batch, Transition(
+            migration_id, machine_id, old, new, reason, error=error, evidence_id=evidence_id,
+            release=release, options=options))
         if done is not None:
             self.announce(done)
         return done is not None
 
-    def apply(self, unit, migration_id, machine_id, old, new, reason, error=None,
-              evidence_id=None, release=False, options=None, names=None):
-        """The writes of a transition inside ``unit``'s transaction; returns what
-        :meth:`announce` needs after the commit, or None if nothing changed.
-        ``names``: (source, target) interface names, if the caller knows them."""
+    def _apply_batch(self, conn, transitions):
+        units = [UnitOfWork(conn, defer_events=True) for _ in transitions]
+        return list(zip(units, self.apply_many(conn, transitions, units), strict=True))
+
+    def apply_many(self, conn, transitions, units):
+        """The writes of ``transitions`` in ``conn``'s transaction, each transition's
+        events into its unit of ``units``; returns per transition what
+        :meth:`announce` needs after the commit, or None if the machine was no
+        longer where the transition expected it.
+
+        Transitions of one migration from and to the same steps are one UPDATE
+        (and one for their locks, one for machines switching interface).
+        """
         now = models.utcnow()
-        values = {"state": new, "updated_at": now}
-        if error is not None:
-            values["last_error"] = error
-        if old == "queued" and new == "validating":
+        results = [None] * len(transitions)
+        groups = {}
+        for index, t in enumerate(transitions):
+            key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id)
+            if t.new == "done" and t.names is None:
+                t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
+                                                         "mid": t.machine_id}).first())
+            groups.setdefault(key, []).append(index)
+        for (migration_id, old, _new, release, _error, _evidence), indexes in groups.items():
+            first = transitions[indexes[0]]
+            values = self._values(first, now)
+            params = {"mig": migration_id, "old": old, "host": self.host, "now": now}
+            params.update({f"v_{k}": v for k, v in values.items()})
+            stmt = _transition_stmt(tuple(sorted(values)))
+            ids = [transitions[i].machine_id for i in indexes]
+            changed = set()
+            for chunk in _chunks(ids):
+                changed.update(conn.execute(stmt, dict(params, mids=chunk)).scalars())
+            if release:
+                for chunk in _chunks(ids):
+                    conn.execute(RELEASE_MANY, dict(params, mids=chunk))
+            moved = [i for i in indexes if transitions[i].machine_id in changed]
+            if moved:
+                self._after(conn, [transitions[i] for i in moved], params)
+            for i in moved:
+                t = transitions[i]
+                results[i] = self._record(units[i], t)
+        return results
+
+    def _values(self, t, now):
+        """The columns a transition sets."""
+        values = {"state": t.new, "updated_at": now}
+        if t.error is not None:
+            values["last_error"] = t.error
+        if t.old == "queued" and t.new == "validating":
             values["started_at"] = now
             values["attempt"] = 1
-        if new == "activating":
+        if t.new == "activating":
             # Evidence counts from the moment activation may begin.
             values["activated_at"] = now
-        if new == "awaiting_boot":
+        if t.new == "awaiting_boot":
             values["deadline"] = now + datetime.timedelta(seconds=self._boot_timeout(
-                migration_id, options))
-        if new in ("done", "rolled_back", "rollback_failed", "skipped", "cancelled",
-                   "valid", "invalid"):
+                t.migration_id, t.options))
+        if t.new in _FINISHED:
             values["finished_at"] = now
-        if evidence_id is not None:
-            values["evidence_id"] = evidence_id
-        params = {"mig": migration_id, "mid": machine_id, "old": old, "host": self.host,
-                  "now": now}
-        params.update({f"v_{k}": v for k, v in values.items()})
-        machine_change = None
-        conn = unit.session
-        changed = conn.execute(_transition_stmt(tuple(sorted(values))), params).rowcount
-        if release:
-            conn.execute(RELEASE, params)
-        if not changed:
-            return None
-        unit.event("migration.step", f"{old} -> {new}: {reason}", machine_id=machine_id,
-                   migration_id=migration_id, data={"old": old, "new": new, "reason": reason})
+        if t.evidence_id is not None:
+            values["evidence_id"] = t.evidence_id
+        return values
+
+    def _after(self, conn, moved, params):
+        """What a move means for the machines themselves (``moved``: one kind of move)."""
+        old, new = moved[0].old, moved[0].new
+        ids = [t.machine_id for t in moved]
         if new == "done":
-            source, target = names or conn.execute(_MM_NAMES, params).first()
-            conn.execute(_SWITCH, dict(params, target=target))
+            by_target = {}
+            for t in moved:
+                by_target.setdefault(t.names[1], []).append(t.machine_id)
+            for target, machine_ids in by_target.items():
+                for chunk in _chunks(machine_ids):
+                    conn.execute(_SWITCH, dict(params, target=target, mids=chunk))
+        elif new in _AT_REST:
+            for machine_id in ids:
+                if old == "rolling_back":
+                    conn.execute(_SOURCE_PREPARED, dict(params, mid=machine_id))
+                conn.execute(_BACK_TO_REST, dict(params, mid=machine_id))
+        elif new == "rollback_failed":
+            for machine_id in ids:
+                conn.execute(_TO_ERROR, dict(params, mid=machine_id,
+                                             v_last_error=moved[0].error))
+
+    def _record(self, unit, t):
+        """The events of a committed-to-be move; what :meth:`announce` needs."""
+        unit.event("migration.step", f"{t.old} -> {t.new}: {t.reason}",
+                   machine_id=t.machine_id, migration_id=t.migration_id,
+                   data={"old": t.old, "new": t.new, "reason": t.reason})
+        machine_change = None
+        if t.new == "done":
+            source, target = t.names
             unit.event("machine.boot_interface_changed",
-                       f"boot interface {source} -> {target} (migration {migration_id})",
-                       machine_id=machine_id, migration_id=migration_id,
+                       f"boot interface {source} -> {target} (migration {t.migration_id})",
+                       machine_id=t.machine_id, migration_id=t.migration_id,
                        data={"old": source, "new": target, "reason": "migration"})
             machine_change = (source, target)
-        elif new in ("rolled_back", "skipped", "cancelled"):
-            if old == "rolling_back":
-                conn.execute(_SOURCE_PREPARED, params)
-            conn.execute(_BACK_TO_REST, params)
-        elif new == "rollback_failed":
-            conn.execute(_TO_ERROR, params)
-        return (migration_id, machine_id, old, new, reason, machine_change)
+        return (t.migration_id, t.machine_id, t.old, t.new, t.reason, machine_change)
 
     def announce(self, done):
         """Log a committed transition and tell the hooks."""

@@ -7,17 +7,33 @@ single writer thread takes whatever work is queued, runs it in one
 transaction, commits once and then wakes every caller with its result: a
 caller returns only after its writes are committed, as before.
 
+Work that is cheaper done for many at once (a step transition: one UPDATE for
+every machine that finished the same step) is queued as :class:`Batched`: the
+items of one batch that share its ``many`` function are handed to it together.
+
 If one piece of work raises, the batch is rolled back, that caller gets the
-error and the others are run again each in a transaction of its own; if the
-database fails (connecting, committing), every caller of the batch gets it.
+error and the others are run again each in a transaction of its own (a
+failing ``many`` call is re-run item by item, so only the failing item's
+caller gets the error); if the database fails (connecting, committing), every
+caller of the batch gets it.
 """
 
 import concurrent.futures
+import dataclasses
 import logging
 import queue
 import threading
 
 LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batched:
+    """One item of work done together with the batch's other items of the same
+    ``many``: ``many(conn, items)`` returns one result per item, in order."""
+
+    many: object
+    item: object
 
 
 class GroupCommitter:
@@ -33,7 +49,8 @@ class GroupCommitter:
         self._lock = threading.Lock()
 
     def run(self, work):
-        """Run ``work(conn)`` in a write transaction; its result once committed."""
+        """Run ``work(conn)`` (or a :class:`Batched` item) in a write transaction;
+        its result once committed."""
         if threading.current_thread() is self._thread:
             # The batch holds the write transaction (on SQLite the process's write
             # lock): a second one from here would wait for itself.
@@ -68,13 +85,22 @@ class GroupCommitter:
                 raise
 
     def _commit(self, batch):
-        failed = None  # the work that raised, if it was a work
+        failed = None  # indexes of the work that raised, if it was work
         try:
             with self._connect() as conn:
-                results = []
+                results = [None] * len(batch)
+                groups = {}  # many -> indexes of its items in the batch
                 for index, (work, _) in enumerate(batch):
-                    failed = index
-                    results.append(work(conn))
+                    if isinstance(work, Batched):
+                        groups.setdefault(work.many, []).append(index)
+                    else:
+                        failed = (index,)
+                        results[index] = work(conn)
+                for many, indexes in groups.items():
+                    failed = indexes
+                    out = many(conn, [batch[i][0].item for i in indexes])
+                    for index, result in zip(indexes, out, strict=True):
+                        results[index] = result
                 failed = None
                 if self._finish is not None:
                     self._finish(conn, results)
@@ -84,11 +110,12 @@ class GroupCommitter:
                 for _, future in batch:
                     future.set_exception(exc)
                 return
-            LOG.debug("a write of a batch of %d failed; running the others one by one",
-                      len(batch))
-            batch[failed][1].set_exception(exc)
-            for item in batch[:failed] + batch[failed + 1:]:
-                self._commit([item])
+            LOG.debug("a write of a batch of %d failed; running them one by one", len(batch))
+            if len(failed) == 1:
+                batch[failed[0]][1].set_exception(exc)
+            for index, item in enumerate(batch):
+                if len(failed) > 1 or index != failed[0]:
+                    self._commit([item])
             return
         for (_, future), result in zip(batch, results, strict=True):
             future.set_result(result)

@@ -7,7 +7,7 @@ import threading
 import pytest
 import sqlalchemy
 
-from metalboot_framework.store.group_commit import GroupCommitter
+from metalboot_framework.store.group_commit import Batched, GroupCommitter
 
 
 @pytest.fixture
@@ -80,3 +80,31 @@ def test_a_write_inside_a_grouped_write_is_refused(engine):
         group.run(nested)
     assert group.run(insert(2)) == 2  # the writer is still there
     assert rows(engine) == [2]
+
+
+def test_batched_items_are_written_together_and_a_bad_one_fails_alone(engine):
+    calls = []
+
+    def insert_many(conn, ns):
+        calls.append(list(ns))
+        conn.exec_driver_sql("INSERT INTO t (n) VALUES " + ", ".join(f"({n})" for n in ns))
+        return [n * 10 for n in ns]
+
+    gate = threading.Event()
+    group = GroupCommitter(engine.begin)
+    first = concurrent.futures.ThreadPoolExecutor(1).submit(
+        group.run, lambda conn: gate.wait(10))
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        futures = [pool.submit(group.run, Batched(insert_many, n)) for n in range(1, 21)]
+        futures.append(pool.submit(group.run, Batched(insert_many, 7)))  # duplicate
+        futures.append(pool.submit(group.run, insert(100)))  # plain work beside them
+        gate.set()
+        assert first.result(10) is True
+        results = [f.exception() or f.result() for f in futures]
+    assert results[:20] == [n * 10 for n in range(1, 21)]
+    assert isinstance(results[20], sqlalchemy.exc.IntegrityError)
+    assert results[21] == 100
+    assert rows(engine) == list(range(1, 21)) + [100]
+    # the first call had several items at once; after its failure each ran alone
+    assert max(len(c) for c in calls) > 1
+    assert [7] in calls

@@ -32,6 +32,13 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @settings(max_examples=MAX_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))
 def test_api_conforms(case):
+    # schemathesis may add an unknown query key with the value [] or None, which
+    # no request can carry (it is never sent), and then expects a rejection:
+    # send such a key with an empty value, so the request really has it.
+    if case.query:
+        known = {p.name for p in case.operation.iter_parameters() if p.location == "query"}
+        case.query = {k: "" if k not in known and v in (None, []) else v
+                      for k, v in case.query.items()}
     # Every default check but positive_data_acceptance: a schema-valid request
     # may still name a partition that does not exist, and 422 is right then.
     case.call_and_validate(headers={"Authorization": f"Bearer {ADMIN}"},
