@@ -66,6 +66,10 @@ _TO_ERROR = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
 _MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_interface) \
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
+# The evidence each machine of a move to verifying was recognised by (executemany).
+_EVIDENCE = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
+                               _MMT.c.machine_id == _mid) \
+    .values(evidence_id=bindparam("evidence"))
 _TRANSITIONS = {}
 
 
@@ -349,12 +353,12 @@ class StepRunner:
         results = [None] * len(transitions)
         groups = {}
         for index, t in enumerate(transitions):
-            key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id)
+            key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id is None)
             if t.new == "done" and t.names is None:
                 t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
                                                          "mid": t.machine_id}).first())
             groups.setdefault(key, []).append(index)
-        for (migration_id, old, _new, release, _error, _evidence), indexes in groups.items():
+        for (migration_id, old, _new, release, _error, _), indexes in groups.items():
             first = transitions[indexes[0]]
             values = self._values(first, now)
             params = {"mig": migration_id, "old": old, "host": self.host, "now": now}
@@ -368,6 +372,10 @@ class StepRunner:
                 for chunk in _chunks(ids):
                     conn.execute(RELEASE_MANY, dict(params, mids=chunk))
             moved = [i for i in indexes if transitions[i].machine_id in changed]
+            if moved and first.evidence_id is not None:
+                conn.execute(_EVIDENCE, [{"mig": migration_id, "mid": transitions[i].machine_id,
+                                          "evidence": transitions[i].evidence_id}
+                                         for i in moved])
             if moved:
                 self._after(conn, [transitions[i] for i in moved], params)
             for i in moved:
@@ -391,8 +399,6 @@ class StepRunner:
                 t.migration_id, t.options))
         if t.new in _FINISHED:
             values["finished_at"] = now
-        if t.evidence_id is not None:
-            values["evidence_id"] = t.evidence_id
         return values
 
     def _after(self, conn, moved, params):
