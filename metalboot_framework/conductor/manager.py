@@ -141,12 +141,14 @@ class Conductor:
                 LOG.exception("heartbeat failed")
 
     def heartbeat(self):
-        """Refresh our heartbeat; release the locks of conductors that died."""
+        """Refresh our heartbeat; release the locks of conductors that died, and
+        our own locks on machines none of our workers has (see _release_leaked)."""
         now = models.utcnow()
         limit = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_timeout)
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(heartbeat_at=now, online=True))
+            self._release_leaked(s, now)
             dead = list(s.scalars(select(models.Conductor.hostname).where(
                 models.Conductor.heartbeat_at < limit, models.Conductor.online.is_(True))))
             if dead:
@@ -157,6 +159,25 @@ class Conductor:
                           .values(online=False))
                 LOG.warning("conductor(s) %s missed heartbeats; released %d lock(s)",
                             ", ".join(dead), released)
+
+    def _release_leaked(self, session, now):
+        """A worker that could not write its machine's release (the database was
+        away) leaves the lock behind, and a live conductor's locks are never
+        released by the others: drop our locks on machines no worker of ours
+        runs. Only locks older than a heartbeat interval, so that a claim on its
+        way from the scheduler to a worker is not one of them."""
+        with self._in_flight_lock:
+            busy = list(self._in_flight)
+        before = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_interval)
+        leaked = session.scalars(select(models.Machine.id).where(
+            models.Machine.reservation == self.host, models.Machine.reserved_at < before,
+            models.Machine.id.notin_(busy))).all()
+        if leaked:
+            session.execute(update(models.Machine).where(
+                models.Machine.id.in_(leaked), models.Machine.reservation == self.host)
+                .values(reservation=None, reserved_at=None))
+            LOG.warning("released %d lock(s) of %s on machines none of its workers runs: %s",
+                        len(leaked), self.host, ", ".join(sorted(leaked)[:10]))
 
     # -- scheduling ----------------------------------------------------------------
     def _scheduler_loop(self):
