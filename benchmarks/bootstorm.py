@@ -18,7 +18,7 @@ that rotates over the URLs, 500 connections on 2 threads:
   disk first);
 - ISO: GET /boot/partitions/<partition>/<iface>/<name> with ``Range:`` headers
   of ``--range-kib`` KiB each, over the whole image, as a BMC reads it
-  (metalboot: aiohttp's FileResponse, sendfile).
+  (metalboot: sendfile() from the event loop, as nginx's ``sendfile on``).
 
 Printed per run: requests/s, MB/s, p50/p99 latency (wrk's own histogram),
 errors, and the CPU the server and the load generator used (in cores), so
@@ -305,7 +305,6 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
                     evidence = evidence_count(server) - before
         boot.stop()
         rows_committed, transactions = boot.committed()
-        rss_note = ""
     finally:
         if boot is not None:
             boot.stop()
@@ -338,7 +337,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
     table(f"Boot storm: wrk, {connections} connections, 2 threads, {2 * duration} s per "
           f"scripts run, {duration} s per ISO run; metalboot = metalboot-boot-server "
           f"({workers} process(es)); nginx {workers} worker(s); load average before: "
-          f"{load:.2f}, after: {loadavg():.2f}{rss_note}",
+          f"{load:.2f}, after: {loadavg():.2f}",
           ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
            "server cores", "wrk cores"], rows)
     answered = results["scripts"][0]["requests"]

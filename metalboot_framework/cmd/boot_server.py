@@ -33,14 +33,14 @@ import itertools
 import json
 import logging
 import os
-import pathlib
 import re
 import secrets
 import signal
 import sys
 import time
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
+from multidict import CIMultiDict
 from werkzeug import exceptions as wz_exceptions
 from werkzeug.http import http_date, is_resource_modified, parse_etags, parse_range_header
 
@@ -57,6 +57,7 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # Request headers that make an artifact answer conditional (werkzeug's rules).
 _CONDITIONAL = ("Range", "If-None-Match", "If-Match", "If-Modified-Since",
                 "If-Unmodified-Since", "If-Range")
+_GET = ("GET", "HEAD")
 
 
 class BatchCache:
@@ -76,7 +77,7 @@ class BatchCache:
         self._max_loads = max_loads
         self._wrap = wrap
         self._data = {}  # key -> (expires, value)
-        self._pending = {}  # key -> future of its value
+        self._pending = {}  # key -> the futures of its waiters
         self._queue = []
         self._loads = 0
         self._scheduled = False
@@ -87,14 +88,19 @@ class BatchCache:
         loop = asyncio.get_running_loop()
         if hit is not None and hit[0] > loop.time():
             return hit[1]
-        future = self._pending.get(key)
-        if future is None:
-            future = self._pending[key] = loop.create_future()
-            self._queue.append(key)
-            if not self._scheduled:
-                self._scheduled = True
-                loop.call_soon(self._flush)
-        return await asyncio.shield(future)  # one waiter's cancel is not everyone's
+        # a future per waiter: one waiter's cancel is not everyone's (cheaper
+        # than a shield around a shared one)
+        future = loop.create_future()
+        waiters = self._pending.get(key)
+        if waiters is not None:
+            waiters.append(future)
+            return await future
+        self._pending[key] = [future]
+        self._queue.append(key)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await future
 
     def _flush(self):
         self._scheduled = False
@@ -113,24 +119,47 @@ class BatchCache:
         exc = done.exception()
         found = {} if exc is not None else done.result()
         for key in keys:
-            future = self._pending.pop(key)
-            if future.cancelled():  # its waiters were cancelled (shutdown)
+            waiters = [f for f in self._pending.pop(key) if not f.done()]
+            if not waiters:  # its waiters were cancelled (shutdown)
                 continue
             if exc is not None:
-                future.set_exception(exc)
+                for future in waiters:
+                    future.set_exception(exc)
                 continue
             value = found.get(key)
             if self._wrap is not None:
                 old = self._data.get(key)
                 value = self._wrap(key, value, old[1] if old else None)
             self._data[key] = (now + self._ttl, value)
-            future.set_result(value)
+            for future in waiters:
+                future.set_result(value)
         if now - self._swept > 10:
             # expired entries are kept a while for ``wrap`` to compare with
             self._swept = now
             keep = now - self.STALE_KEEP
             self._data = {k: v for k, v in self._data.items() if v[0] > keep}
         self._flush()
+
+
+class Answer:
+    """An artifact as it is answered: its ETag, its :class:`OpenFile` (None for
+    bytes in memory) and the headers of every 200 for it, built once."""
+
+    __slots__ = ("artifact", "opened", "etag", "headers")
+
+    def __init__(self, artifact, name, opened=None):
+        self.artifact = artifact
+        self.opened = opened
+        self.etag = opened.etag if opened else artifacts.content_etag(artifact.content)
+        self.headers = CIMultiDict((
+            ("Content-Disposition", artifacts.content_disposition(name)),
+            ("Content-Type", artifacts.content_type(artifact)),
+            ("ETag", f'"{self.etag}"'), ("Accept-Ranges", "bytes")))
+        if opened is None:
+            self.headers["Cache-Control"] = "no-cache, max-age=0"
+        else:
+            self.headers["Cache-Control"] = "no-cache"
+            self.headers["Last-Modified"] = http_date(int(opened.stat.st_mtime))
 
 
 class Snapshot:
@@ -141,15 +170,14 @@ class Snapshot:
     def __init__(self, machine, partition):
         self.machine = machine
         self.partition = partition
-        self.scripts = {}  # interface -> (Artifact, etag)
+        self.scripts = {}  # interface -> Answer
 
     def script(self, services, interface, token):
         found = self.scripts.get(interface)
         if found is None:
-            artifact = artifacts.boot_script(services, self.machine, self.partition,
-                                             interface, token)
-            found = self.scripts[interface] = (artifact,
-                                               artifacts.content_etag(artifact.content))
+            found = self.scripts[interface] = Answer(artifacts.boot_script(
+                services, self.machine, self.partition, interface, token),
+                artifacts.SCRIPT_NAME)
         return found
 
 
@@ -237,64 +265,66 @@ class EvidenceWriter:
 
 
 class OpenFile:
-    """A file artifact opened once: its path, stat, ETag and file object.
+    """A file artifact opened once: its stat, ETag and file object.
 
-    sendfile() reads at explicit offsets, so one file object serves every
-    response at once; it is closed when the last of them lets go of it."""
+    sendfile() and pread() read at explicit offsets, so one file object serves
+    every response at once; it is closed when the last of them lets go of it."""
 
-    __slots__ = ("path", "stat", "etag", "file")
+    __slots__ = ("stat", "etag", "file")
 
     def __init__(self, path):
-        self.path = pathlib.Path(path)
         self.file = open(path, "rb")  # noqa: SIM115 (kept open on purpose)
         self.stat = os.fstat(self.file.fileno())
         self.etag = artifacts.file_etag(path, self.stat)
 
 
-class _FileResponse(web.FileResponse):
-    """aiohttp's FileResponse (Range, sendfile) on an :class:`OpenFile`, with
-    werkzeug's ETag and Last-Modified so that both servers send the same
-    validators. The conditional headers were applied already (werkzeug's
-    rules): aiohttp sees only the Range to send, if any."""
+class _FileResponse(web.StreamResponse):
+    """Bytes [start, stop) of an :class:`OpenFile`: the headers, then the bytes.
 
-    # aiohttp >= 3.11.something: serve an open file without two thread hops
-    # (stat + open, close) per request
-    _FAST = hasattr(web.FileResponse, "_prepare_open_file")
+    The bytes go by sendfile() straight to the socket whenever the connection's
+    write buffer is empty (no copy, no thread: the image is in the page cache
+    while machines read it); what the socket does not take then is handed to
+    the transport as bytes, which keeps the order and waits for the reader."""
 
-    def __init__(self, opened, headers, ranged):
-        super().__init__(opened.path, headers=headers)
+    CHUNK = 256 * 1024
+
+    def __init__(self, opened, start, stop, status, headers):
+        super().__init__(status=status, headers=headers)
+        self.content_length = stop - start
         self._mb_file = opened
-        self._mb_ranged = ranged
-
-    @property
-    def etag(self):
-        return web.StreamResponse.etag.fget(self)
-
-    @etag.setter
-    def etag(self, _value):
-        web.StreamResponse.etag.fset(self, self._mb_file.etag)
-
-    @property
-    def last_modified(self):
-        return web.StreamResponse.last_modified.fget(self)
-
-    @last_modified.setter
-    def last_modified(self, _value):
-        # http dates have whole seconds: truncated, as werkzeug has them
-        web.StreamResponse.last_modified.fset(self, int(self._mb_file.stat.st_mtime))
+        self._mb_start = start
 
     async def prepare(self, request):
-        extra = [h for h in _CONDITIONAL if h in request.headers]
-        if extra != (["Range"] if self._mb_ranged else []):
-            headers = request.headers.copy()
-            for name in extra:
-                if name != "Range" or not self._mb_ranged:
-                    del headers[name]
-            request = request.clone(headers=headers)
-        if self._FAST:
-            return await self._prepare_open_file(request, self._mb_file.file,
-                                                 self._mb_file.stat, None)
-        return await super().prepare(request)
+        writer = await super().prepare(request)
+        if self.content_length and request.method != "HEAD":
+            await self._send(request.transport, writer)
+            await super().write_eof()
+        return writer
+
+    async def _send(self, transport, writer):
+        offset, count = self._mb_start, self.content_length
+        fd = self._mb_file.file.fileno()
+        while count:
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("connection lost")
+            # sendfile() bypasses the transport: only on a plain socket with
+            # nothing of ours still queued before these bytes
+            if not transport.get_write_buffer_size() and \
+                    transport.get_extra_info("sslcontext") is None:
+                try:
+                    sent = os.sendfile(transport.get_extra_info("socket").fileno(), fd,
+                                       offset, count)
+                except BlockingIOError:
+                    sent = 0
+                offset, count = offset + sent, count - sent
+                if not count:
+                    return
+            chunk = os.pread(fd, min(count, self.CHUNK), offset)
+            if not chunk:
+                raise ConnectionResetError("the file is shorter than it was")
+            transport.write(chunk)
+            offset, count = offset + len(chunk), count - len(chunk)
+            await writer.drain()
 
 
 class _Conditional(Exception):
@@ -372,7 +402,7 @@ class BootServer:
             return artifacts.machines_by_mac(conn, self.services, keys)
 
     def _load_partition_artifacts(self, keys):
-        """{(partition, interface, name): (Artifact, OpenFile or None, ETag)}."""
+        """{(partition, interface, name): Answer}."""
         with self.services.db.read_conn() as conn:
             partitions = artifacts.load_partitions(conn, {k[0] for k in keys})
         found = {}
@@ -383,16 +413,13 @@ class BootServer:
                     self.services, partitions.get(partition_id), interface, name)
             except NotFound:
                 continue
-            found[key] = self._validators(artifact)
+            found[key] = self._answer_of(artifact, name)
         return found
 
     @staticmethod
-    def _validators(artifact):
-        """(artifact, OpenFile or None, ETag); opens files (call it in a thread)."""
-        if artifact.path is None:
-            return artifact, None, artifacts.content_etag(artifact.content)
-        opened = OpenFile(artifact.path)
-        return artifact, opened, opened.etag
+    def _answer_of(artifact, name):
+        """The Answer of an artifact; opens files (call it in a thread)."""
+        return Answer(artifact, name, OpenFile(artifact.path) if artifact.path else None)
 
     # -- answers ---------------------------------------------------------------------
     def _request_id(self, request):
@@ -424,36 +451,33 @@ class BootServer:
             self._expires = (now, http_date(now))
         return self._expires[1]
 
-    def _artifact_response(self, request, artifact, name, etag, opened=None):
+    def _artifact_response(self, request, answer):
         """Headers and conditional handling as Flask's send_file gives them."""
-        headers = {"Content-Disposition": artifacts.content_disposition(name),
-                   "Content-Type": artifacts.content_type(artifact),
-                   "ETag": f'"{etag}"', "Accept-Ranges": "bytes",
-                   "X-Request-Id": self._request_id(request)}
+        headers = answer.headers.copy()
+        headers["X-Request-Id"] = self._request_id(request)
+        opened = answer.opened
         if opened is None:
-            headers["Cache-Control"] = "no-cache, max-age=0"
             headers["Expires"] = self._now_date()
-            length, mtime = len(artifact.content), None
+            length, mtime = len(answer.artifact.content), None
         else:
-            headers["Cache-Control"] = "no-cache"
-            headers["Last-Modified"] = http_date(int(opened.stat.st_mtime))
             length, mtime = opened.stat.st_size, headers["Last-Modified"]
         span = None
         if any(h in request.headers for h in _CONDITIONAL):
             try:
-                span = _conditional(request, etag, length, mtime)
-            except _Conditional as answer:
+                span = _conditional(request, answer.etag, length, mtime)
+            except _Conditional as conditional:
                 # no entity headers but Expires on a 304 (werkzeug's rule)
-                headers.pop("Content-Type")
-                headers.pop("Last-Modified", None)
-                return web.Response(status=answer.status, headers=headers)
+                del headers["Content-Type"]
+                headers.popall("Last-Modified", None)
+                return web.Response(status=conditional.status, headers=headers)
+        if span is not None:
+            headers["Content-Range"] = span[2]
         if opened is not None:
-            del headers["ETag"], headers["Last-Modified"]
-            return _FileResponse(opened, headers, ranged=span is not None)
+            start, stop = span[:2] if span is not None else (0, length)
+            return _FileResponse(opened, start, stop, 200 if span is None else 206, headers)
         if span is None:
-            return web.Response(body=artifact.content, headers=headers)
-        headers["Content-Range"] = span[2]
-        return web.Response(status=206, body=artifact.content[span[0]:span[1]],
+            return web.Response(body=answer.artifact.content, headers=headers)
+        return web.Response(status=206, body=answer.artifact.content[span[0]:span[1]],
                             headers=headers)
 
     async def _answer(self, request, snapshot, interface, token, name):
@@ -463,13 +487,12 @@ class BootServer:
             artifacts.check_access(self.services, machine, interface, token, name,
                                    request.remote)
             if name == artifacts.SCRIPT_NAME:
-                artifact, etag = snapshot.script(self.services, interface, token)
-                opened = None
+                answer = snapshot.script(self.services, interface, token)
             else:
-                artifact, opened, etag = await asyncio.get_running_loop().run_in_executor(
-                    self.reads, lambda: self._validators(artifacts.plugin_artifact(
-                        self.services, machine, snapshot.partition, interface, name)))
-            response = self._artifact_response(request, artifact, name, etag, opened)
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self.reads, lambda: self._answer_of(artifacts.plugin_artifact(
+                        self.services, machine, snapshot.partition, interface, name), name))
+            response = self._artifact_response(request, answer)
         except MetalbootError as exc:
             return self._metalboot_error(request, exc)
         except wz_exceptions.HTTPException as exc:
@@ -479,16 +502,42 @@ class BootServer:
         return response
 
     # -- routes ------------------------------------------------------------------------
-    async def boot(self, request):
-        """GET /boot/<a>/<b>/<c>/<d>: one route, dispatched as Flask's rules rank
-        them (fixed segments first) -- cheaper than three patterns to try."""
-        info = request.match_info
-        first, name = info["first"], info["name"]
-        if first == "mac" and name == artifacts.SCRIPT_NAME:
-            return await self.script_by_mac(request, info["second"], info["third"])
-        if first == "partitions":
-            return await self.partition_artifact(request, info["second"], info["third"], name)
-        return await self.machine_artifact(request, first, info["second"], info["third"], name)
+    async def handle(self, request):
+        """Every request. The routes aiohttp's router had, matched the same way (on
+        the path with %2F and %25 still encoded, in segments of ``[^{}/]+``) but
+        by splitting the path once, and with no router or middleware per request:
+        GET/HEAD /boot/<a>/<b>/<c>/<d>, POST /v1/machines/<id>/boot-report and,
+        for any other path and method, the API's 404."""
+        path = request.rel_url.path_safe
+        if path[:1] != "/" or "\n" in path:
+            raise web.HTTPNotFound()  # not even the catch-all route matched this
+        if request.headers.get("Expect"):
+            await _expect(request)
+        if "\x00" in path:
+            return self._error(request, 404, "not found: the path contains a NUL character")
+        parts = path.split("/")
+        # aiohttp's path variables are ``[^{}/]+``: no empty segment, no brace
+        variables = "" not in parts[1:] and "{" not in path and "}" not in path
+        try:
+            if len(parts) == 6 and parts[1] == "boot" and request.method in _GET and variables:
+                first, second, third, name = map(_unquote, parts[2:])
+                # fixed segments first, as Flask's rules rank them
+                if first == "mac" and name == artifacts.SCRIPT_NAME:
+                    return await self.script_by_mac(request, second, third)
+                if first == "partitions":
+                    return await self.partition_artifact(request, second, third, name)
+                return await self.machine_artifact(request, first, second, third, name)
+            if len(parts) == 5 and parts[1] == "v1" and parts[2] == "machines" \
+                    and parts[4] == "boot-report" and request.method == "POST" and variables:
+                return await self.boot_report(request, _unquote(parts[3]))
+            return self._error(request, 404, wz_exceptions.NotFound.description)
+        except web.HTTPException:
+            raise
+        except Exception:
+            request_id = self._request_id(request)
+            LOG.exception("request %s failed unexpectedly", request_id)
+            return self._error(request, 500, "internal error; see the server log for "
+                                             f"request {request_id}", request_id=request_id)
 
     async def machine_artifact(self, request, machine_id, interface, token, name):
         if interface not in self.services.interfaces:
@@ -506,16 +555,15 @@ class BootServer:
         return await self._answer(request, snapshot, interface, token, artifacts.SCRIPT_NAME)
 
     async def partition_artifact(self, request, partition_id, interface, name):
-        found = await self.partition_artifacts.get((partition_id, interface, name))
-        if found is None:
+        answer = await self.partition_artifacts.get((partition_id, interface, name))
+        if answer is None:
             return self._metalboot_error(request, artifacts.not_found())
         try:
-            return self._artifact_response(request, found[0], name, found[2], found[1])
+            return self._artifact_response(request, answer)
         except wz_exceptions.HTTPException as exc:
             return self._error(request, exc.code, exc.description)
 
-    async def boot_report(self, request):
-        machine_id = request.match_info["machine_id"]
+    async def boot_report(self, request, machine_id):
         try:
             # the checks, messages and order of the API's @endpoint(body=...)
             mimetype = request.content_type if "Content-Type" in request.headers else ""
@@ -554,65 +602,66 @@ class BootServer:
         with self.services.db.read_conn() as conn:
             artifacts.check_report(self.services, conn, machine_id, token, boot_interface)
 
-    async def unknown(self, request):
-        return self._error(request, 404, wz_exceptions.NotFound.description)
+    async def start(self):
+        self.evidence = EvidenceWriter(self.services, self.opts.evidence_batch_size,
+                                       self.opts.evidence_batch_wait,
+                                       log_rows=self.opts.access_log)
 
-    def _guarded(self, handler):
-        """The API's rules for every request: no NUL in a path, no traceback
-        (a plain wrapper: cheaper per request than an aiohttp middleware)."""
+    async def stop(self):
+        await self.evidence.close()
+        LOG.info("boot evidence committed: %d rows in %d transactions",
+                 self.evidence.rows, self.evidence.batches)
+        self.reads.shutdown(wait=True)
 
-        @functools.wraps(handler)
-        async def guarded(request):
-            if "\x00" in request.path:
-                return self._error(request, 404,
-                                   "not found: the path contains a NUL character")
-            try:
-                return await handler(request)
-            except web.HTTPException:
-                raise
-            except Exception:
-                request_id = self._request_id(request)
-                LOG.exception("request %s failed unexpectedly", request_id)
-                return self._error(request, 500, "internal error; see the server log for "
-                                                 f"request {request_id}", request_id=request_id)
+    def make_request(self, message, payload, protocol, writer, task):
+        return web.BaseRequest(message, payload, protocol, writer, task,
+                               asyncio.get_running_loop(), client_max_size=self.max_body_size)
 
-        return guarded
 
-    def make_app(self):
-        app = web.Application(client_max_size=self.max_body_size)
-        r, g = app.router, self._guarded
-        # /boot/mac/<mac>/<interface>/boot.ipxe, /boot/partitions/<partition>/
-        # <interface>/<name> and /boot/<machine>/<interface>/<token>/<name>
-        r.add_get("/boot/{first}/{second}/{third}/{name}", g(self.boot))
-        r.add_post("/v1/machines/{machine_id}/boot-report", g(self.boot_report))
-        r.add_route("*", "/{tail:.*}", g(self.unknown))
+class _Runner(web.ServerRunner):
+    """aiohttp's low-level server (no router, no middleware: :meth:`BootServer.handle`
+    dispatches) with the shutdown steps the evidence writer needs."""
 
-        async def _start(_app):
-            self.evidence = EvidenceWriter(self.services, self.opts.evidence_batch_size,
-                                           self.opts.evidence_batch_wait,
-                                           log_rows=self.opts.access_log)
+    def __init__(self, server):
+        super().__init__(web.Server(server.handle, request_factory=server.make_request,
+                                    access_log=LOG if server.opts.access_log else None),
+                         shutdown_timeout=server.opts.shutdown_timeout)
+        self.boot_server = server
 
-        async def _stop(_app):
-            await self.evidence.close()
-            LOG.info("boot evidence committed: %d rows in %d transactions",
-                     self.evidence.rows, self.evidence.batches)
-            self.reads.shutdown(wait=True)
+    async def shutdown(self):
+        # listeners closed, requests in progress not waited for yet: their
+        # evidence is committed at once instead of after ``evidence_batch_wait``
+        self.boot_server.evidence.hurry()
 
-        async def _hurry(_app):
-            self.evidence.hurry()
+    async def _cleanup_server(self):
+        await self.boot_server.stop()  # the requests are done: flush, stop threads
 
-        app.on_startup.append(_start)
-        app.on_shutdown.append(_hurry)
-        app.on_cleanup.append(_stop)
-        return app
+
+def _unquote(segment):
+    """A path variable as aiohttp's router gives it (%2F and %25 decoded last)."""
+    if "%" not in segment:
+        return segment
+    return segment.replace("%2F", "/").replace("%25", "%")
+
+
+async def _expect(request):
+    """aiohttp's answer to ``Expect:`` (its default expect handler)."""
+    expect = request.headers["Expect"]
+    if request.version != HttpVersion11:
+        return
+    if expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the body has not started
+    await request.writer.drain()
 
 
 async def serve(services, opts, max_body_size, reuse_port=False):
     """Serve until SIGTERM or SIGINT; then finish the requests in progress and
     commit their evidence."""
     server = BootServer(services, opts, max_body_size)
-    runner = web.AppRunner(server.make_app(), access_log=LOG if opts.access_log else None,
-                           handle_signals=False, shutdown_timeout=opts.shutdown_timeout)
+    await server.start()
+    runner = _Runner(server)
     await runner.setup()
     try:
         site = web.TCPSite(runner, opts.host_ip, opts.port, backlog=opts.backlog,

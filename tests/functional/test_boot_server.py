@@ -1,18 +1,24 @@
 """metalboot-boot-server, the asyncio artifact server, next to a metalboot-server
 on the same database: the same answers as the Flask blueprint, evidence for
-every answered fetch (group-committed, flushed at SIGTERM), and a migration
-that finishes when simulated machines fetch from it."""
+every answered fetch (group-committed, flushed at SIGTERM), a migration that
+finishes when simulated machines fetch from it, and, at the HTTP level where its
+own dispatch and sendfile path stand in for aiohttp's router and FileResponse:
+which paths and methods reach which answer, bytes to a reader too slow for one
+sendfile(), pipelined requests answered in order, HEAD, Expect: 100-continue."""
 
+import asyncio
 import concurrent.futures
 import os
 import re
 import signal
+import socket
 import threading
 import time
 
 import pytest
 import requests
 import sqlalchemy
+from werkzeug.exceptions import NotFound
 
 from benchmarks.common import partition_iso
 from metalboot_framework.store import models
@@ -332,5 +338,138 @@ def test_concurrent_misses_share_one_query_and_expire():
             assert await cache.get(3) == 6 and len(calls) == 1  # cached
             await asyncio.sleep(0.35)
             assert await cache.get(3) == 6 and calls[-1] == [3]  # expired: read again
+
+    asyncio.run(scenario())
+
+NOT_FOUND = {"error": {"code": 404, "message": NotFound.description, "fields": {}}}
+
+
+def _raw(url, data, read_delay=0.0, rcvbuf=None, timeout=30):
+    """Send ``data`` on one connection, wait ``read_delay`` before reading, and
+    read until the server closes the connection (the last request asks it to)."""
+    host, port = url.split("//", 1)[1].split(":")
+    with socket.socket() as sock:
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(timeout)
+        sock.connect((host, int(port)))
+        sock.sendall(data)
+        time.sleep(read_delay)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _responses(raw, heads=()):
+    """[(status, headers, body)] of HTTP/1.1 responses with Content-Length, in
+    order; those at the indexes ``heads`` answer HEAD (no body)."""
+    out = []
+    while raw:
+        head, _, raw = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+        status = int(lines[0].split()[1])
+        length = 0 if status == 100 or len(out) in heads \
+            else int(headers.get("content-length", 0))
+        out.append((status, headers, raw[:length]))
+        raw = raw[length:]
+    return out
+
+
+def test_paths_and_methods(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 1)
+    token = signer_of(api).machine_token(ids[0], 1)
+    script = f"/boot/{ids[0]}/fake/{token}/boot.ipxe"
+    assert requests.get(boot.url + script).status_code == 200
+    for method, path in [("POST", script), ("PUT", script), ("DELETE", script),
+                         ("GET", f"/v1/machines/{ids[0]}/boot-report"),
+                         ("HEAD", f"/v1/machines/{ids[0]}/boot-report"),
+                         ("GET", f"/boot/{ids[0]}/fake/{token}/boot.ipxe/"),
+                         ("GET", f"/boot/{ids[0]}//{token}/boot.ipxe"),
+                         ("GET", f"/boot/{ids[0]}/fake/%7Bx%7D/boot.ipxe"),
+                         ("GET", "/boot"), ("GET", "/")]:
+        r = requests.request(method, boot.url + path)
+        assert r.status_code == 404, (method, path)
+        if method != "HEAD":
+            assert r.json() == NOT_FOUND, (method, path)
+    r = requests.get(boot.url + "/boot/%00/fake/x/boot.ipxe")
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == "not found: the path contains a NUL character"
+    # %2F is part of a segment, as aiohttp's router had it: no such interface
+    r = requests.get(boot.url + f"/boot/{ids[0]}/fa%2Fke/{token}/boot.ipxe")
+    assert r.status_code == 404 and r.json()["error"]["message"] == "no such boot artifact"
+    assert len(evidence(api)) == 1
+
+
+def test_iso_to_a_slow_reader_and_pipelined(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 1)
+    iso_url, iso_path = partition_iso(api, "p1", ISO_IFACE)
+    iso = iso_url.split(boot.url, 1)[1]
+    with open(iso_path, "rb") as f:
+        data = f.read()
+    assert len(data) > 1024 * 1024  # more than a socket takes before it is read
+    # the whole image to a reader that waits before reading: sendfile() fills
+    # the socket, the rest goes through the transport
+    answers = _responses(_raw(boot.url, f"GET {iso} HTTP/1.1\r\nHost: x\r\n"
+                                        "Connection: close\r\n\r\n".encode(),
+                              read_delay=1.0, rcvbuf=16384))
+    assert [(s, h["content-length"]) for s, h, _ in answers] == [(200, str(len(data)))]
+    assert answers[0][2] == data
+    # pipelined: ranges, HEAD and a script answered in order on one connection
+    token = signer_of(api).machine_token(ids[0], 1)
+    requests_ = [f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-262143\r\n\r\n",
+                 f"HEAD {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=10-19\r\n\r\n",
+                 f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=-1000\r\n\r\n",
+                 f"GET /boot/{ids[0]}/fake/{token}/boot.ipxe HTTP/1.1\r\nHost: x\r\n\r\n",
+                 f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=1000-\r\n"
+                 "Connection: close\r\n\r\n"]
+    answers = _responses(_raw(boot.url, "".join(requests_).encode(), read_delay=0.5,
+                              rcvbuf=16384), heads=(1,))
+    assert [s for s, _, _ in answers] == [206, 206, 206, 200, 206]
+    assert answers[0][2] == data[:262144]
+    assert answers[1][1]["content-range"] == f"bytes 10-19/{len(data)}"
+    assert answers[1][1]["content-length"] == "10" and answers[1][2] == b""
+    assert answers[2][2] == data[-1000:]
+    assert answers[3][2] == requests.get(boot.url + f"/boot/{ids[0]}/fake/{token}"
+                                         "/boot.ipxe").content
+    assert answers[4][2] == data[1000:]
+
+
+def test_expect_100_continue(boot_pair):
+    api, boot = boot_pair()
+    ids = register(api, 1)
+    token = signer_of(api).machine_token(ids[0], 1)
+    body = b'{"boot_interface": "fake", "message": "up"}'
+    answers = _responses(_raw(boot.url, (
+        f"POST /v1/machines/{ids[0]}/boot-report HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n"
+        "Connection: close\r\n\r\n").encode() + body))
+    assert [s for s, _, _ in answers] == [100, 201]
+    r = requests.post(boot.url + f"/v1/machines/{ids[0]}/boot-report", data=body,
+                      headers={"Expect": "something-else", "Content-Type": "application/json"})
+    assert r.status_code == 417
+
+
+def test_cancelled_waiter_leaves_the_others_their_value():
+    from metalboot_framework.cmd.boot_server import BatchCache
+
+    def load(keys):
+        time.sleep(0.1)
+        return {k: k * 2 for k in keys}
+
+    async def scenario():
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            cache = BatchCache(pool, load, ttl=10, batch_size=100)
+            first = asyncio.ensure_future(cache.get(1))
+            second = asyncio.ensure_future(cache.get(1))
+            await asyncio.sleep(0.02)
+            first.cancel()
+            assert await second == 2
+            assert first.cancelled()
+            assert await cache.get(1) == 2
 
     asyncio.run(scenario())
