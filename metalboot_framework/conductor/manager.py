@@ -196,13 +196,15 @@ class Conductor:
 
     def tick(self):
         """One look at enrolling machines and at every live migration."""
-        self._enrol_waiting()
         with self.services.db.read() as s:
             live = list(s.scalars(select(models.Migration).where(
                 models.Migration.state.in_(mig.LIVE_STATES) |
                 ((models.Migration.state == "halted") & models.Migration.finished_at.is_(None)))
                 .order_by(models.Migration.created_at)))
         self.runner.cancelling = frozenset(m.id for m in live if m.state == "cancelling")
+        # With a migration running, enrolment gets at most half of the idle
+        # workers: a mass registration must not hold back a migration's start.
+        self._enrol_waiting(share=0.5 if any(m.state == "running" for m in live) else 1.0)
         if not live:
             return
         now = time.monotonic()
@@ -259,11 +261,13 @@ class Conductor:
         with self._in_flight_lock:
             return self.conf.conductor.workers - len(self._in_flight)
 
-    def _enrol_waiting(self):
-        """Give enrolling machines to idle workers (never more than are idle)."""
+    def _enrol_waiting(self, share=1.0):
+        """Give enrolling machines to idle workers (``share`` of those idle, at
+        least one)."""
         idle = self._idle_workers()
         if idle <= 0:
             return
+        idle = max(1, int(idle * share))
         for machine_id in self.enroller.waiting(self.conf.conductor.workers):
             self._start(machine_id, self.enroller.run, machine_id)
             idle -= 1

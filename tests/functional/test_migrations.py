@@ -375,3 +375,19 @@ def test_sigkill_mid_migration_and_restart(server_factory):
             assert machine["boot_interface"] == "fake"
             assert steps == ["validating", "preparing", "activating", "awaiting_boot",
                              "rolling_back", "rolled_back"], (mid, steps)
+
+
+def test_a_mass_enrolment_does_not_hold_back_a_migration(server_factory):
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
+                                       "[conductor]\nworkers = 4\n").start()
+    ids = setup_machines(server, 2, properties={"fake_delay": 0.1, "fake_autoboot": True})
+    # 24 machines whose enrolment (validate + prepare) takes a second each: with
+    # every worker on them, the migration would wait about six seconds
+    slow = [machine_body(100 + i, properties={"fake_delay": 0.5}) for i in range(24)]
+    assert server.request("POST", "/v1/machines", json=slow).status_code == 201
+    m = migrate(server, ids)
+    final = wait_for(server, m["id"], timeout=30)
+    assert final["counts"] == {"done": 2}, final
+    states = [server.request("GET", f"/v1/machines/{b['id']}").json()["state"] for b in slow]
+    assert "enrolling" in states, "the migration waited for the whole enrolment"
+    server.wait_enrolled(timeout=60)
