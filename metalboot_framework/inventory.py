@@ -368,6 +368,9 @@ def patch_machine(services, machine_id, data):
     with services.write() as unit:
         s = unit.session
         m = _locked_machine(s, machine_id)
+        if m.state == "deleting":
+            raise Conflict(f"machine {machine_id} is being deleted; DELETE it with "
+                           "force=true to forget it without clean-up")
         busy = active_migration_of(s, machine_id)
         frozen = sorted(MIGRATION_FROZEN_FIELDS & set(data))
         if busy is not None and frozen:
@@ -433,19 +436,46 @@ def patch_machine(services, machine_id, data):
     return view
 
 
-def delete_machine(services, machine_id):
+def delete_machine(services, machine_id, force=False):
+    """Forget a machine now if it was never prepared for a boot interface (or with
+    ``force``); else hand it to the conductor, which cleans up what its interface
+    prepared (DHCP entries, boot overrides) and then forgets it: returns the
+    machine, ``deleting``, or None when it is gone already."""
     view = get_machine(services, machine_id)
     with services.write() as unit:
         s = unit.session
-        _locked_machine(s, machine_id)
+        m = _locked_machine(s, machine_id)
         busy = active_migration_of(s, machine_id)
         if busy is not None:
             raise Conflict(f"machine {machine_id} is in migration {busy.migration_id} "
                            f"(step {busy.state}); cancel it first")
-        s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
-        s.execute(delete(models.Machine).where(models.Machine.id == machine_id))
-        unit.event("machine.deleted", "machine deleted", machine_id=machine_id)
+        if m.prepared_interface is not None and not force:
+            if m.state != "deleting":
+                m.state, m.last_error, m.updated_at = "deleting", None, models.utcnow()
+                unit.event("machine.deleting", f"deleting: {m.prepared_interface} is "
+                           "cleaned up first", machine_id=machine_id,
+                           data={"prepared_interface": m.prepared_interface})
+            deleting = True
+        else:
+            forget_machine(unit, machine_id, cleaned_up=None if force else False)
+            deleting = False
+    if deleting:
+        return get_machine(services, machine_id)
     services.hooks.notify("metalboot_machine_deleted", machine=view)
+    return None
+
+
+def forget_machine(unit, machine_id, cleaned_up):
+    """Delete the machine's rows (its events and evidence stay), with the event.
+    ``cleaned_up``: the interface cleaned up first, False if none was prepared,
+    None if the clean-up was skipped (``force``)."""
+    s = unit.session
+    s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
+    s.execute(delete(models.Machine).where(models.Machine.id == machine_id))
+    note = {None: " without clean-up (forced)", False: ""}.get(
+        cleaned_up, f" ({cleaned_up} cleaned up)")
+    unit.event("machine.deleted", "machine deleted" + note, machine_id=machine_id,
+               data={"cleaned_up": cleaned_up or None, "forced": cleaned_up is None})
 
 
 def evidence_dict(ev):

@@ -71,11 +71,18 @@ def patch_machine(machine_id, body):
 
 
 @bp.delete("/v1/machines/<machine_id>")
-@endpoint(role="admin", responses={204: None}, extra_errors=(409,), tags=["machines"])
-def delete_machine(machine_id):
-    """Forget a machine (its event history stays in GET /v1/events)."""
-    inventory.delete_machine(current_services(), machine_id)
-    return "", 204
+@endpoint(role="admin", query=schemas.MachineDeleteQuerySchema,
+          responses={202: schemas.MachineSchema, 204: None}, extra_errors=(409,),
+          tags=["machines"])
+def delete_machine(machine_id, query):
+    """Forget a machine (its event history stays in GET /v1/events): 204 at once if
+    it was never prepared for a boot interface, else 202 and ``deleting`` until the
+    conductor has cleaned up what its interface prepared (``error`` with
+    ``last_error`` if that fails; DELETE again to retry, or with force=true)."""
+    machine = inventory.delete_machine(current_services(), machine_id, force=query["force"])
+    if machine is None:
+        return "", 204
+    return jsonify(machine), 202
 
 
 @bp.post("/v1/machines/<machine_id>/validate")

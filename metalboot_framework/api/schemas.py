@@ -19,7 +19,7 @@ NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a le
 
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance", "enrolling")
-MACHINE_STATES = ("enrolling", "ready", "migrating", "maintenance", "error")
+MACHINE_STATES = ("enrolling", "ready", "migrating", "maintenance", "error", "deleting")
 MAX_PAGE_SIZE = 1000
 MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
@@ -331,6 +331,12 @@ class EventListSchema(Schema):
     events = fields.List(fields.Nested(EventSchema))
     next_cursor = fields.Integer(metadata={
         "description": "Pass as since= to get the events after these."})
+
+
+class MachineDeleteQuerySchema(StrictSchema):
+    force = fields.Boolean(load_default=False, metadata={
+        "description": "Forget the machine now, without the conductor cleaning up what "
+                       "its boot interface prepared (DHCP entries, boot overrides)."})
 
 
 class EventQuerySchema(StrictSchema):

@@ -267,14 +267,25 @@ def validate(obj, machine_id, boot_interface, output_):
 
 @group.command("delete")
 @click.argument("machine_ids", nargs=-1, required=True)
+@click.option("--force", is_flag=True,
+              help="Forget them now, without cleaning up what their boot interface "
+                   "prepared (DHCP entries, boot overrides).")
 @output.output_option
 @click.pass_obj
-def delete(obj, machine_ids, output_):
-    """Forget one or more machines (their event history stays); stops at the first error."""
+def delete(obj, machine_ids, force, output_):
+    """Forget one or more machines (their event history stays); stops at the first error.
+
+    A machine prepared for a boot interface is ``deleting`` until the conductor has
+    cleaned that up."""
     as_json = output.fmt(obj, output_) == "json"
     for machine_id in machine_ids:
-        obj.client.delete(f"/v1/machines/{machine_id}")
+        machine = obj.client.request("DELETE", f"/v1/machines/{machine_id}",
+                                     params={"force": "true"} if force else None)
         if as_json:
-            output.emit_json({"deleted": machine_id})
+            output.emit_json({"deleted": machine_id, "state": machine["state"]} if machine
+                             else {"deleted": machine_id})
+        elif machine:
+            click.echo(f"deleting machine {machine_id}: the conductor cleans up "
+                       f"{machine['prepared_interface']} first")
         else:
             click.echo(f"deleted machine {machine_id}")

@@ -14,74 +14,41 @@ migration prepares what it needs, and its rollback prepares the source).
 
 import logging
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, update
 
-from metalboot_framework.exceptions import BootInterfaceError
+from metalboot_framework.conductor.at_rest import RELEASE, MachineWork
 from metalboot_framework.store import models
-from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
 _M = models.Machine.__table__
 _mid = bindparam("mid")
-CLAIM = update(_M).where(_M.c.id == _mid, _M.c.reservation.is_(None),
-                         _M.c.state == "enrolling") \
-    .values(reservation=bindparam("host"), reserved_at=bindparam("now"))
-RELEASE = update(_M).where(_M.c.id == _mid, _M.c.reservation == bindparam("host")) \
-    .values(reservation=None, reserved_at=None)
 PREPARED = update(_M).where(_M.c.id == _mid).values(prepared_interface=bindparam("iface"))
 FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
                           _M.c.boot_interface == bindparam("iface")) \
     .values(state=bindparam("state"), last_error=bindparam("error"),
             updated_at=bindparam("now"))
-WAITING = select(_M.c.id).where(_M.c.state == "enrolling", _M.c.reservation.is_(None)) \
-    .order_by(_M.c.created_at, _M.c.id).limit(bindparam("n"))
 
 
-class Enroller:
+class Enroller(MachineWork):
     """Enrols one machine at a time; any number of them run in the worker pool."""
 
-    def __init__(self, services, host):
-        self.services = services
-        self.host = host
-
-    def waiting(self, limit):
-        """Ids of enrolling machines nobody holds, oldest first."""
-        with self.services.db.read_conn() as conn:
-            return [row.id for row in conn.execute(WAITING, {"n": limit})]
+    state = "enrolling"
 
     def run(self, machine_id):
         """Enrol the machine if it is still enrolling and unlocked; returns its new
         state, or None if someone else had it."""
-        params = {"mid": machine_id, "host": self.host, "now": models.utcnow()}
-
-        def claim(unit):
-            if not unit.session.execute(CLAIM, params).rowcount:
-                return None
-            return self.services.snapshot(unit.session, machine_id)
-
-        claimed = self.services.write_grouped(claim)
+        claimed = self.claim(machine_id)
         if claimed is None:
             return None
+        params = claimed[0]
         released = False
         try:
-            new, released = self._enrol(*claimed, release=params)
+            new, released = self._enrol(*claimed[1:], release=params)
             return new
         finally:
             if not released:
                 self.services.write_grouped(lambda unit: unit.session.execute(RELEASE, params))
-
-    def _call(self, machine, partition, interface, step):
-        try:
-            iface = self.services.interfaces.get(interface)
-            getattr(iface, step)(BootTask(self.services, machine, partition, interface))
-        except BootInterfaceError as exc:
-            return f"{interface} {step}: {exc.message}"
-        except Exception as exc:  # a plugin bug fails the enrolment, not the conductor
-            LOG.exception("boot interface %s failed in %s of machine %s", interface, step,
-                          machine.id)
-            return f"{interface} {step}: {type(exc).__name__}: {exc}"
-        return None
 
     def _enrol(self, machine, partition, release):
         """Returns (new state or None, whether the lock was released with it)."""
@@ -92,16 +59,16 @@ class Enroller:
         note = ""
         if error is None and previous and previous != target:
             if previous in self.services.interfaces:
-                error = self._call(machine, partition, previous, "clean_up")
+                error = self.call(machine, partition, previous, "clean_up")
                 note = f" ({previous} cleaned up)"
             else:
                 note = f" ({previous} is not enabled: its traces were not cleaned up)"
         cleaned = error is None and previous != target
         prepare_failed = False
         if error is None:
-            error = self._call(machine, partition, target, "validate")
+            error = self.call(machine, partition, target, "validate")
             if error is None:
-                error = self._call(machine, partition, target, "prepare")
+                error = self.call(machine, partition, target, "prepare")
                 prepare_failed = error is not None  # maybe half done: not prepared
         new = "error" if error else "ready"
 

@@ -22,6 +22,7 @@ from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor.enrolment import Enroller
+from metalboot_framework.conductor.removal import Remover
 from metalboot_framework.conductor.steps import RUNNABLE, StepRunner, Transition
 from metalboot_framework.store import models
 from metalboot_framework.task import BootTask
@@ -74,6 +75,7 @@ class Conductor:
         self.host = services.conf.host
         self.runner = StepRunner(services, self.host)
         self.enroller = Enroller(services, self.host)
+        self.remover = Remover(services, self.host)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads = []
@@ -262,17 +264,18 @@ class Conductor:
             return self.conf.conductor.workers - len(self._in_flight)
 
     def _enrol_waiting(self, share=1.0):
-        """Give enrolling machines to idle workers (``share`` of those idle, at
-        least one)."""
+        """Give machines being deleted, then enrolling ones, to idle workers
+        (``share`` of those idle, at least one)."""
         idle = self._idle_workers()
         if idle <= 0:
             return
         idle = max(1, int(idle * share))
-        for machine_id in self.enroller.waiting(self.conf.conductor.workers):
-            self._start(machine_id, self.enroller.run, machine_id)
-            idle -= 1
-            if idle <= 0:
-                break
+        for worker in (self.remover, self.enroller):
+            for machine_id in worker.waiting(self.conf.conductor.workers):
+                if idle <= 0:
+                    return
+                if self._start(machine_id, worker.run, machine_id):
+                    idle -= 1
 
     def _dispatch(self, migration):
         """Hand runnable, unlocked machines to idle workers (recovery after a

@@ -38,3 +38,45 @@ def test_a_leaked_lock_of_a_live_conductor_is_released(server_factory):
     assert r.status_code == 200, r.text
     assert "released 1 lock(s) of conductor-x on machines none of its workers runs" in \
         server.log()
+
+
+def _wait_gone(server, machine_id, timeout=20):
+    deadline = time.monotonic() + timeout
+    while server.request("GET", f"/v1/machines/{machine_id}").status_code != 404:
+        assert time.monotonic() < deadline, "the machine was never deleted"
+        time.sleep(0.1)
+
+
+def test_deleting_a_prepared_machine_cleans_up_its_interface_first(server_factory):
+    server = server_factory(extra_conf="[fake]\nrecord_events = true\n").start()
+    assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    kept, broken = server.register_enrolled([machine_body(1), machine_body(2)])
+    r = server.request("DELETE", f"/v1/machines/{kept}")
+    assert r.status_code == 202, r.text
+    assert r.json()["state"] == "deleting" and r.json()["prepared_interface"] == "fake"
+    # while it is deleting, it cannot be changed
+    patched = server.request("PATCH", f"/v1/machines/{kept}", json={"properties": {}})
+    assert patched.status_code in (409, 404), patched.text
+    _wait_gone(server, kept)
+    kinds = [e["kind"] for e in server.request(
+        "GET", "/v1/events", params={"machine_id": kept, "limit": 1000}).json()["events"]]
+    assert kinds[-3:] == ["machine.deleting", "fake.clean_up", "machine.deleted"], kinds
+
+    # a clean-up that fails: error with the reason, then forced
+    r = server.request("PATCH", f"/v1/machines/{broken}",
+                       json={"properties": {"fake_fail": {"clean_up": "BMC unreachable"}}})
+    assert r.status_code == 200, r.text
+    assert server.request("DELETE", f"/v1/machines/{broken}").status_code == 202
+    deadline = time.monotonic() + 20
+    while (m := server.request("GET", f"/v1/machines/{broken}").json())["state"] != "error":
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert "BMC unreachable" in m["last_error"]
+    bad = server.request("DELETE", f"/v1/machines/{broken}", params={"force": "maybe"})
+    assert bad.status_code == 422 and "force" in bad.json()["error"]["fields"], bad.text
+    r = server.request("DELETE", f"/v1/machines/{broken}", params={"force": "true"})
+    assert r.status_code == 204, r.text
+    assert server.request("GET", f"/v1/machines/{broken}").status_code == 404
+    events = server.request("GET", "/v1/events",
+                            params={"machine_id": broken, "limit": 1000}).json()["events"]
+    assert events[-1]["kind"] == "machine.deleted" and events[-1]["data"]["forced"] is True

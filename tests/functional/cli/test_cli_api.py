@@ -1,6 +1,7 @@
 """The CLI against a real metalboot-server: inventory commands, errors, auth, config."""
 
 import json
+import time
 
 import pytest
 
@@ -165,11 +166,18 @@ def test_validate_exit_codes(mb, server, partition):
 
 
 def test_delete(mb, server, partition):
-    assert server.request("POST", "/v1/machines", json=machine_body(1)).status_code == 201
-    r = mb("machines", "delete", machine_body(1)["id"], "-o", "json")
-    assert r.code == 0 and json.loads(r.out) == {"deleted": machine_body(1)["id"]}, r
-    assert server.request("GET", f"/v1/machines/{machine_body(1)['id']}").status_code == 404
-    assert_one_line_error(mb("machines", "delete", machine_body(1)["id"]), 1, "HTTP 404")
+    first, second = server.register_enrolled([machine_body(1), machine_body(2)])
+    # prepared for its interface: the conductor cleans that up, then forgets it
+    r = mb("machines", "delete", first, "-o", "json")
+    assert r.code == 0 and json.loads(r.out) == {"deleted": first, "state": "deleting"}, r
+    deadline = time.monotonic() + 20
+    while server.request("GET", f"/v1/machines/{first}").status_code != 404:
+        assert time.monotonic() < deadline, "never deleted"
+        time.sleep(0.1)
+    assert_one_line_error(mb("machines", "delete", first), 1, "HTTP 404")
+    r = mb("machines", "delete", second, "--force")
+    assert r.code == 0 and r.out.strip() == f"deleted machine {second}", r
+    assert server.request("GET", f"/v1/machines/{second}").status_code == 404
 
 
 def test_url_and_token_precedence(run, server, tmp_path, cli_env):

@@ -8,6 +8,7 @@ recorded as boot evidence like any other.
 """
 
 import re
+import time
 
 import pytest
 import requests
@@ -99,3 +100,16 @@ def test_registered_on_pxe_is_enrolled_and_moves_at_rest(net, dnsmasq, kea, clie
     hosts = (dnsmasq.hostsdir / f"metalboot-{a['id']}").read_text()
     assert "52:54:00:77:10:aa," in hosts and a["nic"]["mac"] not in hosts, hosts
     assert bootfile(clients.v4("52:54:00:77:10:aa", arch=7)) == "snponly.efi"
+
+    # deleted: the conductor removes the machines' entries before it forgets them
+    for m in (a, c, fixed):
+        r = server.request("DELETE", f"/v1/machines/{m['id']}")
+        assert r.status_code == 202 and r.json()["state"] == "deleting", r.text
+    deadline = time.monotonic() + 30
+    while server.request("GET", "/v1/machines").json()["machines"]:
+        assert time.monotonic() < deadline, "machines still there after their deletion"
+        time.sleep(0.2)
+    assert_kea(kea, [], url_of)
+    assert_dnsmasq(dnsmasq, {}, {a["id"]: "52:54:00:77:10:aa", c["id"]: c["nic"]["mac"]},
+                   url_of)
+    assert bootfile(clients.v4("52:54:00:77:10:aa", arch=7)) is None
