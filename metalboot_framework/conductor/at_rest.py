@@ -1,21 +1,35 @@
-"""What the conductor's work on a machine at rest (enrolment, removal) shares:
-finding the machines of one state nobody holds, taking a machine's lock, and
-calling one plugin step so that a failure is a message, never an exception."""
+"""What the conductor's work on machines at rest (removal, enrolment) shares:
+finding the machines waiting for it, taking a machine's lock, releasing it.
+Plugin steps are called with :func:`.plugin_call.call_step`."""
 
-import logging
+from sqlalchemy import bindparam, case, select, update
 
-from sqlalchemy import bindparam, select, update
-
-from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_framework.store import models
-from metalboot_framework.task import BootTask
-
-LOG = logging.getLogger(__name__)
 
 _M = models.Machine.__table__
 _mid = bindparam("mid")
 RELEASE = update(_M).where(_M.c.id == _mid, _M.c.reservation == bindparam("host")) \
     .values(reservation=None, reserved_at=None)
+
+
+class Waiting:
+    """The machines in the states of ``workers`` that nobody holds, in the order
+    of ``workers``, then longest waiting first: one query for all of them, built
+    once (the scheduler asks on every tick)."""
+
+    def __init__(self, services, workers):
+        self.services = services
+        self._by_state = {worker.state: worker for worker in workers}
+        rank = case({state: i for i, state in enumerate(self._by_state)}, value=_M.c.state)
+        self._query = select(_M.c.id, _M.c.state).where(
+            _M.c.state.in_(list(self._by_state)), _M.c.reservation.is_(None)) \
+            .order_by(rank, _M.c.updated_at, _M.c.id).limit(bindparam("n"))
+
+    def __call__(self, limit):
+        """[(worker, machine id)], at most ``limit``."""
+        with self.services.db.read_conn() as conn:
+            return [(self._by_state[row.state], row.id)
+                    for row in conn.execute(self._query, {"n": limit})]
 
 
 class MachineWork:
@@ -29,14 +43,6 @@ class MachineWork:
         self._claim = update(_M).where(_M.c.id == _mid, _M.c.reservation.is_(None),
                                        _M.c.state == self.state) \
             .values(reservation=bindparam("host"), reserved_at=bindparam("now"))
-        self._waiting = select(_M.c.id).where(_M.c.state == self.state,
-                                              _M.c.reservation.is_(None)) \
-            .order_by(_M.c.updated_at, _M.c.id).limit(bindparam("n"))
-
-    def waiting(self, limit):
-        """Ids of machines in our state that nobody holds, longest waiting first."""
-        with self.services.db.read_conn() as conn:
-            return [row.id for row in conn.execute(self._waiting, {"n": limit})]
 
     def claim(self, machine_id):
         """Take the machine's lock if it is still in our state and unlocked; returns
@@ -50,16 +56,3 @@ class MachineWork:
 
         claimed = self.services.write_grouped(claim)
         return None if claimed is None else (params, *claimed)
-
-    def call(self, machine, partition, interface, step):
-        """Call one plugin step; None, or the error message."""
-        try:
-            iface = self.services.interfaces.get(interface)
-            getattr(iface, step)(BootTask(self.services, machine, partition, interface))
-        except BootInterfaceError as exc:
-            return f"{interface} {step}: {exc.message}"
-        except Exception as exc:  # a plugin bug fails this machine, not the conductor
-            LOG.exception("boot interface %s failed in %s of machine %s", interface, step,
-                          machine.id)
-            return f"{interface} {step}: {type(exc).__name__}: {exc}"
-        return None

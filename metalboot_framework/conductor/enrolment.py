@@ -17,6 +17,7 @@ import logging
 from sqlalchemy import bindparam, update
 
 from metalboot_framework.conductor.at_rest import RELEASE, MachineWork
+from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
@@ -41,10 +42,10 @@ class Enroller(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        params = claimed[0]
+        params, machine, partition = claimed
         released = False
         try:
-            new, released = self._enrol(*claimed[1:], release=params)
+            new, released = self._enrol(machine, partition, release=params)
             return new
         finally:
             if not released:
@@ -59,16 +60,16 @@ class Enroller(MachineWork):
         note = ""
         if error is None and previous and previous != target:
             if previous in self.services.interfaces:
-                error = self.call(machine, partition, previous, "clean_up")
+                error = call_step(self.services, machine, partition, previous, "clean_up")
                 note = f" ({previous} cleaned up)"
             else:
                 note = f" ({previous} is not enabled: its traces were not cleaned up)"
         cleaned = error is None and previous != target
         prepare_failed = False
         if error is None:
-            error = self.call(machine, partition, target, "validate")
+            error = call_step(self.services, machine, partition, target, "validate")
             if error is None:
-                error = self.call(machine, partition, target, "prepare")
+                error = call_step(self.services, machine, partition, target, "prepare")
                 prepare_failed = error is not None  # maybe half done: not prepared
         new = "error" if error else "ready"
 

@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, func, select, update
 from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
+from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.removal import Remover
 from metalboot_framework.conductor.steps import RUNNABLE, StepRunner, Transition
@@ -76,6 +77,7 @@ class Conductor:
         self.runner = StepRunner(services, self.host)
         self.enroller = Enroller(services, self.host)
         self.remover = Remover(services, self.host)
+        self._at_rest_waiting = Waiting(services, (self.remover, self.enroller))
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads = []
@@ -243,12 +245,16 @@ class Conductor:
     def _submit(self, migration_id, machine_id, job=None):
         return self._start(machine_id, self.runner.run, migration_id, machine_id, job)
 
-    def _submit_claimed(self, migration_id, jobs):
-        """Hand machines whose locks the tick took to workers (releasing any a
-        worker still has: it will see the machine's step on a later tick)."""
+    def _hand_over(self, migration_id, machine_ids, jobs):
+        """Hand machines the tick moved into a runnable step to workers: with the
+        jobs of those whose locks it took (releasing any a worker still has: it
+        sees the machine's step on a later tick), the others to claim them."""
         refused = [machine_id for machine_id, job in jobs.items()
                    if not self._submit(migration_id, machine_id, job)]
         self.runner.release(refused)
+        for machine_id in machine_ids:
+            if machine_id not in jobs:  # locked by someone else: its worker or a scan
+                self._submit(migration_id, machine_id)
 
     def _start(self, machine_id, work, *args):
         """Hand work on a machine to a worker unless one already has the machine."""
@@ -270,12 +276,11 @@ class Conductor:
         if idle <= 0:
             return
         idle = max(1, int(idle * share))
-        for worker in (self.remover, self.enroller):
-            for machine_id in worker.waiting(self.conf.conductor.workers):
-                if idle <= 0:
-                    return
-                if self._start(machine_id, worker.run, machine_id):
-                    idle -= 1
+        for worker, machine_id in self._at_rest_waiting(self.conf.conductor.workers):
+            if idle <= 0:
+                return
+            if self._start(machine_id, worker.run, machine_id):
+                idle -= 1
 
     def _dispatch(self, migration):
         """Hand runnable, unlocked machines to idle workers (recovery after a
@@ -345,10 +350,7 @@ class Conductor:
             jobs = self.runner.claim_many(conn, migration.id, [d[1] for d in started])
         for done in started:
             self.runner.announce(done)
-        self._submit_claimed(migration.id, jobs)
-        for done in started:
-            if done[1] not in jobs:  # locked by someone else: a later scan runs it
-                self._submit(migration.id, done[1])
+        self._hand_over(migration.id, [done[1] for done in started], jobs)
 
     def _check_evidence(self, full=False):
         """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline.
@@ -424,11 +426,8 @@ class Conductor:
             if found is not None:
                 metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
                                               found.created_at)
-        for migration_id, claimed in jobs.items():
-            self._submit_claimed(migration_id, claimed)
-        for w, _, done in moved:
-            if done[3] in RUNNABLE and w.machine_id not in jobs.get(w.migration_id, ()):
-                self._submit(w.migration_id, w.machine_id)
+        for migration_id, machine_ids in by_migration.items():
+            self._hand_over(migration_id, machine_ids, jobs[migration_id])
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""

@@ -14,6 +14,7 @@ from sqlalchemy import bindparam, update
 
 from metalboot_framework import inventory
 from metalboot_framework.conductor.at_rest import RELEASE, MachineWork
+from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
@@ -67,4 +68,4 @@ class Remover(MachineWork):
         if interface not in self.services.interfaces:
             return (f"{interface} is not enabled, so its traces cannot be cleaned up; "
                     "enable it, or DELETE with force=true")
-        return self.call(machine, partition, interface, "clean_up")
+        return call_step(self.services, machine, partition, interface, "clean_up")

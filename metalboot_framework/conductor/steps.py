@@ -19,11 +19,11 @@ import time
 from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
-from metalboot_framework.exceptions import BootInterfaceError
+from metalboot_framework.conductor.at_rest import RELEASE
+from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
-from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
@@ -34,9 +34,7 @@ _mid, _host = bindparam("mid"), bindparam("host")
 
 # Statements built once: building SQL expressions per call costs more than
 # running them.
-RELEASE = update(_MACHINES).where(_MACHINES.c.id == _mid, _MACHINES.c.reservation == _host) \
-    .values(reservation=None, reserved_at=None)
-# The same for many machines at once (ids in an expanding IN).
+# Locks of many machines at once (ids in an expanding IN).
 _mids = bindparam("mids", expanding=True)
 CLAIM_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
                                      _MACHINES.c.reservation.is_(None)) \
@@ -238,19 +236,8 @@ class StepRunner:
 
     def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
-        machine_id = job.machine_id
-        try:
-            iface = self.services.interfaces.get(interface_name)
-            task = BootTask(self.services, job.machine, job.partition, interface_name,
-                            migration_id=job.migration_id)
-            getattr(iface, step)(task)
-        except BootInterfaceError as exc:
-            return f"{interface_name} {step}: {exc.message}"
-        except Exception as exc:  # a plugin bug fails the machine, not the conductor
-            LOG.exception("boot interface %s failed in %s of machine %s", interface_name, step,
-                          machine_id)
-            return f"{interface_name} {step}: {type(exc).__name__}: {exc}"
-        return None
+        return call_step(self.services, job.machine, job.partition, interface_name, step,
+                         migration_id=job.migration_id)
 
     def _dry_run(self, job):
         error = self._call(job, job.target, "validate")
