@@ -305,6 +305,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
                     evidence = evidence_count(server) - before
         boot.stop()
         rows_committed, transactions = boot.committed()
+        snapshots_read, snapshots_kept = boot.snapshots()
     finally:
         if boot is not None:
             boot.stop()
@@ -345,6 +346,8 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
           f"answers wrk counted (it does not count those in flight when it stops); "
           f"{rows_committed} rows in {transactions} transactions over the boot server's "
           f"life ({rows_committed / max(transactions, 1):.1f} rows per transaction)")
+    print(f"machine snapshots over the boot server's life: {snapshots_read} read from the "
+          f"database, {snapshots_kept} kept after a check of their revisions")
     if evidence < answered:
         raise RuntimeError(f"{answered - evidence} answered fetches have no evidence")
     for kind in ("scripts", "iso"):

@@ -241,6 +241,14 @@ class BootServer(MetalbootServer):
                                f.read())
         return (sum(int(r) for r, _ in found), sum(int(t) for _, t in found))
 
+    def snapshots(self):
+        """(machine snapshots read from the database, kept by their revisions) of
+        all its processes, from their logs at exit."""
+        with open(self.log_path, errors="replace") as f:
+            found = re.findall(r"machine snapshots: (\d+) read from the database, (\d+) kept",
+                               f.read())
+        return (sum(int(r) for r, _ in found), sum(int(k) for _, k in found))
+
 
 def with_children(pid):
     """``pid`` and its child processes (a server's workers)."""

@@ -13,6 +13,7 @@ asyncio server can run them in a thread and in batches.
 
 import functools
 import hashlib
+import hmac
 import logging
 import os
 import unicodedata
@@ -43,8 +44,8 @@ _MM, _MIG = models.MigrationMachine.__table__, models.Migration.__table__
 _EVIDENCE = models.BootEvidence.__table__
 _EVIDENCE_INSERT = _EVIDENCE.insert()
 _EVIDENCE_INSERT_ID = _EVIDENCE.insert().returning(_EVIDENCE.c.id)
-# What MachineInfo and PartitionInfo are made of: every column but timestamps
-# (costly to parse, unused) and the machine's drift report.
+# What MachineInfo and PartitionInfo are made of (and their revisions): every
+# column but timestamps (costly to parse, unused) and the machine's drift report.
 _MACHINE_COLUMNS = [c for c in _M.c
                     if not isinstance(c.type, sqlalchemy.DateTime) and c.name != "drift"]
 _PARTITION_COLUMNS = [c for c in _P.c if not isinstance(c.type, sqlalchemy.DateTime)]
@@ -62,8 +63,9 @@ def normalize_mac(mac):
 
 # -- reading what a fetch needs, for one key or many ---------------------------------
 def load_snapshots(conn, machine_ids):
-    """{machine id: (MachineInfo, PartitionInfo)} for those of ``machine_ids`` that
-    exist, in three queries however many ids there are."""
+    """{machine id: (MachineInfo, PartitionInfo, revisions)} for those of
+    ``machine_ids`` that exist, in three queries however many ids there are;
+    ``revisions`` is what :func:`snapshot_revisions` gives for the machine."""
     ids = list(dict.fromkeys(machine_ids))
     if not ids:
         return {}
@@ -75,19 +77,39 @@ def load_snapshots(conn, machine_ids):
     for nic in conn.execute(sqlalchemy.select(_N).where(_N.c.machine_id.in_(
             [m.id for m in machines])).order_by(_N.c.machine_id, _N.c.position)):
         nics.setdefault(nic.machine_id, []).append(nic)
-    partitions = load_partitions(conn, {m.partition_id for m in machines})
-    return {m.id: (machine_info(m, nics.get(m.id, ())), partitions[m.partition_id])
-            for m in machines}
+    partitions = {p.id: (partition_info(p), p.revision)
+                  for p in _partition_rows(conn, {m.partition_id for m in machines})}
+    found = {}
+    for m in machines:
+        partition, partition_revision = partitions[m.partition_id]
+        found[m.id] = (machine_info(m, nics.get(m.id, ())), partition,
+                       (m.revision, partition_revision))
+    return found
+
+
+def snapshot_revisions(conn, machine_ids):
+    """{machine id: (machine revision, partition revision)} for those of
+    ``machine_ids`` that exist: one narrow query that tells whether a snapshot
+    :func:`load_snapshots` gave is still what the database holds (triggers bump
+    the revisions on every change of what a snapshot is made of)."""
+    ids = list(dict.fromkeys(machine_ids))
+    if not ids:
+        return {}
+    return {row[0]: (row[1], row[2]) for row in conn.execute(
+        sqlalchemy.select(_M.c.id, _M.c.revision, _P.c.revision)
+        .join(_P, _P.c.id == _M.c.partition_id).where(_M.c.id.in_(ids)))}
+
+
+def _partition_rows(conn, partition_ids):
+    ids = list(dict.fromkeys(partition_ids))
+    if not ids:
+        return []
+    return conn.execute(sqlalchemy.select(*_PARTITION_COLUMNS).where(_P.c.id.in_(ids))).all()
 
 
 def load_partitions(conn, partition_ids):
     """{partition id: PartitionInfo} for those of ``partition_ids`` that exist."""
-    ids = list(dict.fromkeys(partition_ids))
-    if not ids:
-        return {}
-    return {p.id: partition_info(p)
-            for p in conn.execute(sqlalchemy.select(*_PARTITION_COLUMNS)
-                                  .where(_P.c.id.in_(ids)))}
+    return {p.id: partition_info(p) for p in _partition_rows(conn, partition_ids)}
 
 
 def machines_by_mac(conn, services, keys):
@@ -127,12 +149,15 @@ def machines_by_mac(conn, services, keys):
 
 
 # -- choosing the artifact -----------------------------------------------------------
-def check_access(services, machine, interface, token, name, client_address=None):
+def check_access(services, machine, interface, token, name, client_address=None,
+                 expected=None):
     """Raise the common 404 unless ``token`` is the machine's current token for an
-    enabled ``interface``. ``machine`` None: unknown machine."""
+    enabled ``interface``. ``machine`` None: unknown machine. ``expected``: the
+    machine's current token, if the caller has it already (no HMAC then)."""
     if interface not in services.interfaces or machine is None:
         raise not_found()
-    if not services.tokens.verify(machine.id, machine.token_generation, token):
+    if not (hmac.compare_digest(expected, str(token)) if expected and token else
+            services.tokens.verify(machine.id, machine.token_generation, token)):
         LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
                     name, machine.id, client_address)
         raise not_found()

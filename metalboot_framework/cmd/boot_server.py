@@ -22,7 +22,12 @@ database. Where the time goes in a boot storm, and how it is saved:
 - what a fetch reads (machine, NICs, partition, the rendered boot.ipxe; MAC
   lookups; partition artifacts) is cached for ``[boot_server] cache_ttl``
   seconds, and concurrent misses are loaded by one query. A token rotation or
-  any change of a machine or partition shows here within that time.
+  any change of a machine or partition shows here within that time;
+- an expired machine is not read again unless it changed: one narrow query
+  for the revisions of all expired machines (bumped by database triggers on
+  any write of what a snapshot holds) tells which to read; the others keep
+  their snapshot and rendered boot.ipxe. In a storm most machines do not
+  change, so most fetches cost no read of the machine at all.
 """
 
 import asyncio
@@ -37,6 +42,7 @@ import re
 import secrets
 import signal
 import sys
+import threading
 import time
 
 from aiohttp import HttpVersion11, web
@@ -60,22 +66,38 @@ _CONDITIONAL = ("Range", "If-None-Match", "If-Match", "If-Modified-Since",
 _GET = ("GET", "HEAD")
 
 
+MISS = object()  # BatchCache.cached: not cached
+
+
 class BatchCache:
     """key -> value, kept ``ttl`` seconds; the keys that miss while a load is
-    running are loaded together by one call of ``load(keys)`` (in ``executor``),
-    which returns {key: value} (a key it leaves out has the value None, which
-    is cached too). ``wrap(key, value, old)`` turns a loaded value into what is
-    cached, given the expired entry (or None)."""
+    running are loaded together by one call of ``load(keys, stale)`` (in
+    ``executor``), which returns {key: value} (a key it leaves out has the value
+    None, which is cached too). ``stale`` holds the expired values of those keys
+    that had one (kept :attr:`STALE_KEEP` seconds), so that ``load`` may keep a
+    value it finds unchanged instead of reading it again.
 
-    STALE_KEEP = 120.0  # seconds an expired entry is kept for ``wrap``
+    With ``refresh``, the entries asked for in the last :attr:`REFRESH_WINDOW`
+    seconds are checked in the background before they expire:
+    ``refresh({key: value})`` (in ``executor``) returns the keys whose values
+    are still current, and those are kept another ``ttl`` from the moment the
+    check began. A key asked for again and again then never waits for a load;
+    one left alone expires as before."""
 
-    def __init__(self, executor, load, ttl, batch_size, max_loads=2, wrap=None):
+    STALE_KEEP = 120.0  # seconds an expired entry is kept for ``load``
+    REFRESH_AT = 0.8  # of ``ttl``: when the background check of entries begins
+    REFRESH_WINDOW = 30.0  # seconds since a key was last asked for
+
+    def __init__(self, executor, load, ttl, batch_size, max_loads=2, refresh=None):
         self._executor = executor
         self._load = load
         self._ttl = ttl
         self._batch_size = batch_size
         self._max_loads = max_loads
-        self._wrap = wrap
+        self._refresh = refresh
+        self._used = {}  # key -> the refresh round in which it was last answered
+        self._round = 0
+        self._refresher = None
         self._data = {}  # key -> (expires, value)
         self._pending = {}  # key -> the futures of its waiters
         self._queue = []
@@ -83,10 +105,20 @@ class BatchCache:
         self._scheduled = False
         self._swept = 0.0
 
+    def cached(self, key):
+        """The value of ``key`` if it is cached and current, else MISS (no
+        coroutine for the common case)."""
+        hit = self._data.get(key)
+        if hit is not None and hit[0] > asyncio.get_running_loop().time():
+            self._used[key] = self._round
+            return hit[1]
+        return MISS
+
     async def get(self, key):
         hit = self._data.get(key)
         loop = asyncio.get_running_loop()
         if hit is not None and hit[0] > loop.time():
+            self._used[key] = self._round
             return hit[1]
         # a future per waiter: one waiter's cancel is not everyone's (cheaper
         # than a shield around a shared one)
@@ -102,6 +134,46 @@ class BatchCache:
             loop.call_soon(self._flush)
         return await future
 
+    def start(self):
+        """Begin the background refresh (on the event loop)."""
+        if self._refresh is not None and self._ttl > 0 and self._refresher is None:
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_rounds())
+
+    async def stop(self):
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+            self._refresher = None
+
+    async def _refresh_rounds(self):
+        loop = asyncio.get_running_loop()
+        interval = self._ttl * self.REFRESH_AT
+        rounds = max(1, int(self.REFRESH_WINDOW / interval))
+        while True:
+            await asyncio.sleep(interval)
+            began = loop.time()
+            self._round += 1
+            oldest = self._round - rounds
+            self._used = used = {k: r for k, r in self._used.items() if r >= oldest}
+            held = {}
+            for key in used:
+                entry = self._data.get(key)
+                if entry is not None and entry[1] is not None and entry[0] > began:
+                    held[key] = entry[1]
+            if not held:
+                continue
+            try:
+                current = await loop.run_in_executor(self._executor, self._refresh, held)
+            except Exception as exc:  # the entries expire; requests load them
+                LOG.warning("cannot check %d cached entries: %s: %s", len(held),
+                            type(exc).__name__, exc)
+                continue
+            expires = began + self._ttl
+            for key in current:
+                entry = self._data.get(key)
+                if entry is not None and entry[1] is held[key] and entry[0] < expires:
+                    self._data[key] = (expires, entry[1])
+
     def _flush(self):
         self._scheduled = False
         loop = asyncio.get_running_loop()
@@ -109,7 +181,12 @@ class BatchCache:
             keys = self._queue[:self._batch_size]
             del self._queue[:self._batch_size]
             self._loads += 1
-            loop.run_in_executor(self._executor, self._load, keys).add_done_callback(
+            stale = {}
+            for key in keys:
+                held = self._data.get(key)
+                if held is not None and held[1] is not None:
+                    stale[key] = held[1]
+            loop.run_in_executor(self._executor, self._load, keys, stale).add_done_callback(
                 functools.partial(self._loaded, keys))
 
     def _loaded(self, keys, done):
@@ -120,21 +197,18 @@ class BatchCache:
         found = {} if exc is not None else done.result()
         for key in keys:
             waiters = [f for f in self._pending.pop(key) if not f.done()]
+            if exc is None:
+                value = found.get(key)
+                self._data[key] = (now + self._ttl, value)
             if not waiters:  # its waiters were cancelled (shutdown)
                 continue
-            if exc is not None:
-                for future in waiters:
-                    future.set_exception(exc)
-                continue
-            value = found.get(key)
-            if self._wrap is not None:
-                old = self._data.get(key)
-                value = self._wrap(key, value, old[1] if old else None)
-            self._data[key] = (now + self._ttl, value)
             for future in waiters:
-                future.set_result(value)
+                if exc is not None:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(value)
         if now - self._swept > 10:
-            # expired entries are kept a while for ``wrap`` to compare with
+            # expired entries are kept a while for ``load`` to compare with
             self._swept = now
             keep = now - self.STALE_KEEP
             self._data = {k: v for k, v in self._data.items() if v[0] > keep}
@@ -163,14 +237,24 @@ class Answer:
 
 
 class Snapshot:
-    """A machine as a fetch needs it, and its boot.ipxe rendered per interface."""
+    """A machine as a fetch needs it, and its boot.ipxe rendered per interface.
+    ``revisions`` (machine, partition) tell whether it is still current."""
 
-    __slots__ = ("machine", "partition", "scripts")
+    __slots__ = ("machine", "partition", "revisions", "scripts", "_token")
 
-    def __init__(self, machine, partition):
+    def __init__(self, machine, partition, revisions):
         self.machine = machine
         self.partition = partition
+        self.revisions = revisions
         self.scripts = {}  # interface -> Answer
+        self._token = None
+
+    def token(self, services):
+        """The machine's current token (an HMAC: computed once per snapshot)."""
+        if self._token is None:
+            self._token = services.tokens.machine_token(self.machine.id,
+                                                        self.machine.token_generation)
+        return self._token
 
     def script(self, services, interface, token):
         found = self.scripts.get(interface)
@@ -335,6 +419,16 @@ class _Conditional(Exception):
         self.status = status
 
 
+_CONDITIONAL_FIRST = frozenset(b"RrIi")  # the first letters of _CONDITIONAL
+
+
+def _conditional_headers(request):
+    """Whether the request has any of _CONDITIONAL (most have none: a look at the
+    first letter of each raw header name answers that without a lookup)."""
+    return any(name[0] in _CONDITIONAL_FIRST for name, _ in request.raw_headers) and \
+        any(h in request.headers for h in _CONDITIONAL)
+
+
 def _conditional(request, etag, length, last_modified=None):
     """Apply Range and the If-* headers as werkzeug does for send_file: the
     (start, stop, Content-Range) to send, None for the whole artifact; raises
@@ -366,17 +460,23 @@ class BootServer:
         self.opts = opts
         self.max_body_size = max_body_size
         self.reads = concurrent.futures.ThreadPoolExecutor(opts.db_threads, "boot-db")
-        self.snapshots = BatchCache(self.reads, self._load_snapshots, opts.cache_ttl,
-                                    opts.read_batch_size, wrap=self._wrap_snapshot)
+        # Templates render the same bytes for the same machine and partition;
+        # a hook that amends scripts may not, so its scripts are rendered anew
+        # whenever the snapshot expires (and busy snapshots are not refreshed).
+        self._keep_scripts = not services.hooks.has("metalboot_amend_boot_script")
+        self.snapshots = BatchCache(
+            self.reads, self._load_snapshots, opts.cache_ttl, opts.read_batch_size,
+            refresh=self._current_snapshots if self._keep_scripts else None)
         self.macs = BatchCache(self.reads, self._load_macs, opts.cache_ttl,
                                opts.read_batch_size)
         self.partition_artifacts = BatchCache(self.reads, self._load_partition_artifacts,
                                               opts.cache_ttl, opts.read_batch_size)
         self.evidence = None  # an EvidenceWriter, made on the event loop
-        # Templates render the same bytes for the same machine and partition;
-        # a hook that amends scripts may not, so its scripts are rendered anew
-        # whenever the snapshot is read again.
-        self._keep_scripts = not services.hooks.has("metalboot_amend_boot_script")
+        # snapshots read from the database / expired or refreshed ones kept by
+        # their revisions (read threads add to them; reported at stop)
+        self.snapshots_read = 0
+        self.snapshots_kept = 0
+        self._counting = threading.Lock()
         # Templates are read once: no stat() of the template file per rendering.
         services.templates.auto_reload = False
         self._id_prefix = secrets.token_hex(4)
@@ -384,24 +484,50 @@ class BootServer:
         self._expires = (0, "")
 
     # -- loading, in the read threads ---------------------------------------------
-    def _load_snapshots(self, machine_ids):
+    def _load_snapshots(self, machine_ids, stale):
+        """Snapshots of ``machine_ids``. An expired one whose revisions are still
+        the database's is kept (one narrow query for all of them); the others
+        are read anew."""
+        found = {}
         with self.services.db.read_conn() as conn:
-            return artifacts.load_snapshots(conn, machine_ids)
+            if stale:
+                current = artifacts.snapshot_revisions(conn, stale)
+                for machine_id, old in stale.items():
+                    if current.get(machine_id) == old.revisions:
+                        found[machine_id] = old if self._keep_scripts else \
+                            Snapshot(old.machine, old.partition, old.revisions)
+            changed = [m for m in machine_ids if m not in found]
+            loaded = artifacts.load_snapshots(conn, changed) if changed else {}
+        with self._counting:
+            self.snapshots_kept += len(found)
+            self.snapshots_read += len(loaded)
+        for machine_id, value in loaded.items():
+            snapshot = found[machine_id] = Snapshot(*value)
+            old = stale.get(machine_id)
+            if self._keep_scripts and old is not None and old.machine == snapshot.machine \
+                    and old.partition == snapshot.partition:
+                snapshot.scripts = old.scripts
+        return found
 
-    def _wrap_snapshot(self, _key, loaded, old):
-        if loaded is None:
-            return None
-        snapshot = Snapshot(*loaded)
-        if self._keep_scripts and old is not None and old.machine == snapshot.machine \
-                and old.partition == snapshot.partition:
-            snapshot.scripts = old.scripts
-        return snapshot
+    def _current_snapshots(self, held):
+        """The machines of ``held`` whose snapshots are still current, by their
+        revisions (queries of ``read_batch_size`` machines, one connection)."""
+        ids = list(held)
+        current = {}
+        with self.services.db.read_conn() as conn:
+            for start in range(0, len(ids), self.opts.read_batch_size):
+                current.update(artifacts.snapshot_revisions(
+                    conn, ids[start:start + self.opts.read_batch_size]))
+        kept = [m for m in ids if current.get(m) == held[m].revisions]
+        with self._counting:
+            self.snapshots_kept += len(kept)
+        return kept
 
-    def _load_macs(self, keys):
+    def _load_macs(self, keys, _stale):
         with self.services.db.read_conn() as conn:
             return artifacts.machines_by_mac(conn, self.services, keys)
 
-    def _load_partition_artifacts(self, keys):
+    def _load_partition_artifacts(self, keys, _stale):
         """{(partition, interface, name): Answer}."""
         with self.services.db.read_conn() as conn:
             partitions = artifacts.load_partitions(conn, {k[0] for k in keys})
@@ -462,7 +588,7 @@ class BootServer:
         else:
             length, mtime = opened.stat.st_size, headers["Last-Modified"]
         span = None
-        if any(h in request.headers for h in _CONDITIONAL):
+        if _conditional_headers(request):
             try:
                 span = _conditional(request, answer.etag, length, mtime)
             except _Conditional as conditional:
@@ -485,7 +611,8 @@ class BootServer:
         machine = snapshot.machine if snapshot is not None else None
         try:
             artifacts.check_access(self.services, machine, interface, token, name,
-                                   request.remote)
+                                   request.remote, snapshot.token(self.services)
+                                   if snapshot is not None else None)
             if name == artifacts.SCRIPT_NAME:
                 answer = snapshot.script(self.services, interface, token)
             else:
@@ -542,7 +669,9 @@ class BootServer:
     async def machine_artifact(self, request, machine_id, interface, token, name):
         if interface not in self.services.interfaces:
             return self._metalboot_error(request, artifacts.not_found())
-        snapshot = await self.snapshots.get(machine_id)
+        snapshot = self.snapshots.cached(machine_id)
+        if snapshot is MISS:
+            snapshot = await self.snapshots.get(machine_id)
         return await self._answer(request, snapshot, interface, token, name)
 
     async def script_by_mac(self, request, mac, interface):
@@ -550,9 +679,8 @@ class BootServer:
         snapshot = await self.snapshots.get(machine_id) if machine_id is not None else None
         if snapshot is None:
             return self._metalboot_error(request, artifacts.not_found())
-        machine = snapshot.machine
-        token = self.services.tokens.machine_token(machine.id, machine.token_generation)
-        return await self._answer(request, snapshot, interface, token, artifacts.SCRIPT_NAME)
+        return await self._answer(request, snapshot, interface, snapshot.token(self.services),
+                                  artifacts.SCRIPT_NAME)
 
     async def partition_artifact(self, request, partition_id, interface, name):
         answer = await self.partition_artifacts.get((partition_id, interface, name))
@@ -603,14 +731,18 @@ class BootServer:
             artifacts.check_report(self.services, conn, machine_id, token, boot_interface)
 
     async def start(self):
+        self.snapshots.start()
         self.evidence = EvidenceWriter(self.services, self.opts.evidence_batch_size,
                                        self.opts.evidence_batch_wait,
                                        log_rows=self.opts.access_log)
 
     async def stop(self):
+        await self.snapshots.stop()
         await self.evidence.close()
         LOG.info("boot evidence committed: %d rows in %d transactions",
                  self.evidence.rows, self.evidence.batches)
+        LOG.info("machine snapshots: %d read from the database, %d kept after their "
+                 "revisions were checked", self.snapshots_read, self.snapshots_kept)
         self.reads.shutdown(wait=True)
 
     def make_request(self, message, payload, protocol, writer, task):

@@ -18,10 +18,12 @@ opts = [
     cfg.FloatOpt("cache_ttl", default=1.0, min=0,
                  help="Seconds a machine's snapshot (machine, NICs, partition, rendered "
                       "boot.ipxe), a MAC lookup and a partition artifact are reused "
-                      "before being read from the database again. A token rotation, a "
-                      "partition change or a machine's move to another boot interface "
-                      "takes effect on this server within this time. 0: read on every "
-                      "request (concurrent requests still share one query)."),
+                      "before being checked against the database again (a machine "
+                      "snapshot by its revisions only: it is read again only if it "
+                      "changed). A token rotation, a partition change or a machine's "
+                      "move to another boot interface takes effect on this server "
+                      "within this time. 0: read on every request (concurrent requests "
+                      "still share one query)."),
     cfg.IntOpt("read_batch_size", default=500, min=1,
                help="Most machines (or MACs, or partition artifacts) loaded by one "
                     "database query when concurrent requests miss the cache."),

@@ -4,9 +4,20 @@ SQLite gets WAL, a busy timeout, and writes that take the write lock at BEGIN
 (BEGIN IMMEDIATE), so that a read-then-write transaction waits for another
 writer instead of failing with "database is locked". Reads use a second engine
 with ordinary deferred transactions so they never queue behind writers.
+
+SQLite has one writer at a time, and a writer that finds the database locked
+sleeps in SQLite's busy handler, up to 100 ms at a go, however soon the lock is
+free. So our writers queue instead: the threads of a process on a lock, the
+processes on one database (metalboot-server, its conductor, the boot server's
+workers) on a POSIX lock of ``<database>.write-lock``, which hands the database
+to the next writer the moment the last one commits. The lock only orders
+writers; SQLite's own locking still decides, so a writer without it (the
+sqlite3 shell, a process that cannot open the file) is merely slower.
 """
 
 import contextlib
+import fcntl
+import logging
 import os
 import threading
 
@@ -15,6 +26,8 @@ import alembic.config
 import sqlalchemy
 from sqlalchemy import event as sa_event
 from sqlalchemy.orm import sessionmaker
+
+LOG = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 
@@ -37,6 +50,10 @@ class Database:
             self.read_engine = self.write_engine
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.is_sqlite else None
+        self._lock_path = None
+        if self.is_sqlite and self.url.database and self.url.database != ":memory:":
+            self._lock_path = os.path.abspath(self.url.database) + ".write-lock"
+        self._lock_file = None  # (pid, file): a forked child opens its own
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     def _sqlite_engine(self, immediate):
@@ -65,14 +82,40 @@ class Database:
 
     @contextlib.contextmanager
     def _writer(self):
-        # SQLite has one writer at a time; a writer that finds the lock taken
-        # sleeps in SQLite's busy handler for up to 100 ms at a go. Queueing the
-        # writers of this process on a lock hands the database over at once.
+        """Queue for SQLite's write lock (see the module's docstring)."""
         if self._write_lock is None:
             yield
-        else:
-            with self._write_lock:
+            return
+        with self._write_lock:
+            lock = self._process_lock()
+            if lock is None:
                 yield
+                return
+            # POSIX locks belong to the process: a second Database on the same
+            # file in this process is not blocked by it (no self-deadlock)
+            fcntl.lockf(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.lockf(lock, fcntl.LOCK_UN)
+
+    def _process_lock(self):
+        """This process's descriptor of the lock file; None for an in-memory
+        database or a lock file this process may not open. Called with the
+        thread lock held."""
+        if self._lock_path is None:
+            return None
+        pid = os.getpid()
+        if self._lock_file is None or self._lock_file[0] != pid:
+            # a forked child opens its own (the lock is the process's anyway)
+            try:
+                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o660)
+            except OSError as exc:
+                LOG.warning("cannot open %s (%s): SQLite writers of this process wait in "
+                            "SQLite's busy handler instead", self._lock_path, exc.strerror)
+                fd = None
+            self._lock_file = (pid, fd)
+        return self._lock_file[1]
 
     @contextlib.contextmanager
     def write(self):
@@ -114,6 +157,10 @@ class Database:
             return MigrationContext.configure(connection).get_current_revision()
 
     def dispose(self):
+        if self._lock_file is not None and self._lock_file[0] == os.getpid() \
+                and self._lock_file[1] is not None:
+            os.close(self._lock_file[1])
+        self._lock_file = None
         self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()

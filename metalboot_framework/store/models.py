@@ -29,6 +29,9 @@ class Partition(Base):
     metal_hammer_version: Mapped[str | None] = mapped_column(String(128))
     properties: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    # Bumped by a trigger whenever what the boot server caches of this partition
+    # changes (store/migrations/versions/0006): its cache revalidates by it.
+    revision: Mapped[int] = mapped_column(Integer, server_default="1")
     updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
 
 
@@ -60,6 +63,9 @@ class Machine(Base):
     drift: Mapped[list | None] = mapped_column(JSON)
     drift_checked_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    # Bumped by a trigger whenever what the boot server caches of this machine (NICs included)
+    # changes (store/migrations/versions/0006): its cache revalidates by it.
+    revision: Mapped[int] = mapped_column(Integer, server_default="1")
     updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
 
 

@@ -317,6 +317,42 @@ def test_workers_share_the_port_and_stop_together(boot_pair):
     assert all(committed), committed  # both served
 
 
+def test_expired_machines_kept_unless_changed(boot_pair):
+    """After ``cache_ttl`` a machine is checked by its revisions: unchanged ones
+    are not read again (the count at stop says so), and a change through the
+    API (a partition's cmdline, a deleted machine) is served after one TTL."""
+    api, boot = boot_pair(extra="cache_ttl = 0.2\n")
+    ids = register(api, 3)
+    api.wait_enrolled()  # enrolment changes the machines: done before the first fetch
+    signer = signer_of(api)
+    urls = {m: f"{boot.url}/boot/{m}/fake/{signer.machine_token(m, 1)}/boot.ipxe" for m in ids}
+
+    def fetch_all():
+        return {m: requests.get(u, timeout=30) for m, u in urls.items()}
+
+    first = fetch_all()
+    assert all(r.status_code == 200 and "console=ttyS0 " in r.text for r in first.values())
+    for _ in range(3):  # expired each time, unchanged: kept
+        time.sleep(0.3)
+        assert {m: r.content for m, r in fetch_all().items()} == \
+            {m: r.content for m, r in first.items()}
+    r = api.request("PATCH", "/v1/partitions/p1", json={"boot": {"cmdline": "console=ttyS1"}})
+    assert r.status_code == 200, r.text
+    r = api.request("DELETE", f"/v1/machines/{ids[2]}?force=true")
+    assert r.status_code == 204, r.text
+    time.sleep(0.3)
+    after = fetch_all()
+    assert after[ids[2]].status_code == 404
+    assert all(after[m].status_code == 200 and "console=ttyS1 " in after[m].text
+               for m in ids[:2])
+    assert boot.stop(signal.SIGTERM) == 0
+    read, kept = map(int, re.search(r"machine snapshots: (\d+) read from the database, "
+                                    r"(\d+) kept", boot.log()).groups())
+    # 3 first reads + 2 after the partition changed; the rest kept (by the
+    # background refresh or when a fetch found them expired)
+    assert read == 5 and kept >= 9, boot.log()
+
+
 def test_concurrent_misses_share_one_query_and_expire():
     import asyncio
 
@@ -324,8 +360,8 @@ def test_concurrent_misses_share_one_query_and_expire():
 
     calls = []
 
-    def load(keys):
-        calls.append(sorted(keys))
+    def load(keys, stale):
+        calls.append((sorted(keys), stale))
         time.sleep(0.05)
         return {k: k * 2 for k in keys if k % 10}
 
@@ -334,10 +370,12 @@ def test_concurrent_misses_share_one_query_and_expire():
             cache = BatchCache(pool, load, ttl=0.3, batch_size=1000)
             values = await asyncio.gather(*(cache.get(k) for k in [1, 2, 3, 10, 2, 1] * 20))
             assert values == [2, 4, 6, None, 4, 2] * 20
-            assert calls == [[1, 2, 3, 10]]  # one query for every concurrent miss
+            assert calls == [([1, 2, 3, 10], {})]  # one query for every concurrent miss
             assert await cache.get(3) == 6 and len(calls) == 1  # cached
             await asyncio.sleep(0.35)
-            assert await cache.get(3) == 6 and calls[-1] == [3]  # expired: read again
+            # expired: read again, given what it held (a None is not held)
+            assert await cache.get(3) == 6 and calls[-1] == ([3], {3: 6})
+            assert await cache.get(10) is None and calls[-1] == ([10], {})
 
     asyncio.run(scenario())
 
@@ -457,7 +495,7 @@ def test_expect_100_continue(boot_pair):
 def test_cancelled_waiter_leaves_the_others_their_value():
     from metalboot_framework.cmd.boot_server import BatchCache
 
-    def load(keys):
+    def load(keys, _stale):
         time.sleep(0.1)
         return {k: k * 2 for k in keys}
 
