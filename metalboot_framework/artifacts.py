@@ -49,6 +49,9 @@ _EVIDENCE_INSERT_ID = _EVIDENCE.insert().returning(_EVIDENCE.c.id)
 _MACHINE_COLUMNS = [c for c in _M.c
                     if not isinstance(c.type, sqlalchemy.DateTime) and c.name != "drift"]
 _PARTITION_COLUMNS = [c for c in _P.c if not isinstance(c.type, sqlalchemy.DateTime)]
+# Tells a machine from an earlier one with the same id (deleted, registered again:
+# its revision starts over). As stored: no parsing of the timestamp.
+_INCARNATION = sqlalchemy.type_coerce(_M.c.created_at, sqlalchemy.String).label("incarnation")
 
 
 def not_found():
@@ -69,7 +72,7 @@ def load_snapshots(conn, machine_ids):
     ids = list(dict.fromkeys(machine_ids))
     if not ids:
         return {}
-    machines = conn.execute(sqlalchemy.select(*_MACHINE_COLUMNS)
+    machines = conn.execute(sqlalchemy.select(*_MACHINE_COLUMNS, _INCARNATION)
                             .where(_M.c.id.in_(ids))).all()
     if not machines:
         return {}
@@ -83,20 +86,22 @@ def load_snapshots(conn, machine_ids):
     for m in machines:
         partition, partition_revision = partitions[m.partition_id]
         found[m.id] = (machine_info(m, nics.get(m.id, ())), partition,
-                       (m.revision, partition_revision))
+                       (m.revision, m.incarnation, partition_revision))
     return found
 
 
 def snapshot_revisions(conn, machine_ids):
-    """{machine id: (machine revision, partition revision)} for those of
-    ``machine_ids`` that exist: one narrow query that tells whether a snapshot
+    """{machine id: (machine revision, incarnation, partition revision)} for those
+    of ``machine_ids`` that exist: one narrow query that tells whether a snapshot
     :func:`load_snapshots` gave is still what the database holds (triggers bump
-    the revisions on every change of what a snapshot is made of)."""
+    the revisions on every change of what a snapshot is made of; the incarnation,
+    the machine's creation time, tells a machine registered again after its
+    deletion from the one before, whose revisions may have been the same)."""
     ids = list(dict.fromkeys(machine_ids))
     if not ids:
         return {}
-    return {row[0]: (row[1], row[2]) for row in conn.execute(
-        sqlalchemy.select(_M.c.id, _M.c.revision, _P.c.revision)
+    return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(
+        sqlalchemy.select(_M.c.id, _M.c.revision, _INCARNATION, _P.c.revision)
         .join(_P, _P.c.id == _M.c.partition_id).where(_M.c.id.in_(ids)))}
 
 

@@ -242,6 +242,8 @@ class Services:
 
 
 def machine_info(machine, nics):
+    # A column read here must be in the revision triggers' list too
+    # (store/migrations/versions/0006), or the boot server will not see it change.
     return MachineInfo(
         id=machine.id, partition_id=machine.partition_id,
         bmc=BmcInfo(machine.bmc_address, machine.bmc_username, machine.bmc_password,
@@ -254,6 +256,7 @@ def machine_info(machine, nics):
 
 
 def partition_info(p):
+    # As for machine_info: a column read here must be in the revision triggers' list.
     return PartitionInfo(id=p.id, kernel_url=p.kernel_url, initrd_url=p.initrd_url,
                          cmdline=p.cmdline or "", metal_boot_url=p.metal_boot_url,
                          metal_hammer_version=p.metal_hammer_version,

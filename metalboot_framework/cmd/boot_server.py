@@ -186,10 +186,11 @@ class BatchCache:
                 held = self._data.get(key)
                 if held is not None and held[1] is not None:
                     stale[key] = held[1]
+            # what the load reads is current as of its start at the earliest
             loop.run_in_executor(self._executor, self._load, keys, stale).add_done_callback(
-                functools.partial(self._loaded, keys))
+                functools.partial(self._loaded, keys, loop.time()))
 
-    def _loaded(self, keys, done):
+    def _loaded(self, keys, began, done):
         self._loads -= 1
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -199,7 +200,8 @@ class BatchCache:
             waiters = [f for f in self._pending.pop(key) if not f.done()]
             if exc is None:
                 value = found.get(key)
-                self._data[key] = (now + self._ttl, value)
+                self._data[key] = (began + self._ttl, value)
+                self._used[key] = self._round  # asked for: refreshed like a hit
             if not waiters:  # its waiters were cancelled (shutdown)
                 continue
             for future in waiters:

@@ -93,7 +93,15 @@ class Database:
                 return
             # POSIX locks belong to the process: a second Database on the same
             # file in this process is not blocked by it (no self-deadlock)
-            fcntl.lockf(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.lockf(lock, fcntl.LOCK_EX)
+            except OSError as exc:  # e.g. ENOLCK on a network file system
+                LOG.warning("cannot lock %s (%s): SQLite writers of this process wait in "
+                            "SQLite's busy handler instead", self._lock_path, exc.strerror)
+                self._lock_file = (os.getpid(), None)
+                os.close(lock)
+                yield
+                return
             try:
                 yield
             finally:

@@ -353,6 +353,59 @@ def test_expired_machines_kept_unless_changed(boot_pair):
     assert read == 5 and kept >= 9, boot.log()
 
 
+def test_machine_registered_again_is_not_its_old_snapshot(boot_pair):
+    """A machine deleted and registered again under the same id starts its
+    revisions over; its creation time tells the two apart, so the boot server
+    does not keep the old one's snapshot (here: the old partition's cmdline)."""
+    api, boot = boot_pair(extra="cache_ttl = 0.2\n")
+    ids = register(api, 1)
+    r = api.request("POST", "/v1/partitions", json={"id": "p2", "boot": {
+        "kernel_url": "http://images.example/metal-hammer/vmlinuz",
+        "cmdline": "console=ttyS2"}})
+    assert r.status_code == 201, r.text
+    api.wait_enrolled()
+    url = f"{boot.url}/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[0], 1)}/boot.ipxe"
+    assert "console=ttyS0 " in requests.get(url, timeout=30).text
+    assert api.request("DELETE", f"/v1/machines/{ids[0]}?force=true").status_code == 204
+    r = api.request("POST", "/v1/machines", json=[machine_body(0, partition="p2")])
+    assert r.status_code == 201, r.text
+    api.wait_enrolled()
+    time.sleep(0.3)
+    r = requests.get(url, timeout=30)
+    assert r.status_code == 200 and "console=ttyS2 " in r.text, r.text
+
+
+def test_background_refresh_keeps_only_unchanged_entries():
+    from metalboot_framework.cmd.boot_server import BatchCache
+
+    loads, checks = [], []
+    changed = {2}
+
+    def load(keys, _stale):
+        loads.append(sorted(keys))
+        return {k: f"v{k}" for k in keys}
+
+    def refresh(held):
+        checks.append(sorted(held))
+        return [k for k in held if k not in changed]
+
+    async def scenario():
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            cache = BatchCache(pool, load, ttl=0.3, batch_size=100, refresh=refresh)
+            cache.start()
+            try:
+                assert await cache.get(1) == "v1" and await cache.get(2) == "v2"
+                await asyncio.sleep(0.7)  # two TTLs: both would have expired
+                assert await cache.get(1) == "v1"  # checked in the background: kept
+                assert await cache.get(2) == "v2"  # changed: read again
+                assert loads == [[1], [2], [2]]
+                assert [1, 2] in checks  # both were checked while current
+            finally:
+                await cache.stop()
+
+    asyncio.run(scenario())
+
+
 def test_concurrent_misses_share_one_query_and_expire():
     import asyncio
 

@@ -1,5 +1,6 @@
 """The alembic revisions build exactly the schema the models describe."""
 
+import alembic.command
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -106,5 +107,30 @@ def test_sqlite_write_transactions_hold_the_process_write_lock(tmp_path):
             session.execute(sqlalchemy.text("SELECT 1"))
             assert lock_state() == "held"
         assert lock_state() == "free"
+    finally:
+        db.dispose()
+
+
+def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
+    """Downgrades that drop machine columns must not copy the machines table:
+    on SQLite dropping the old copy deleted every NIC (ON DELETE CASCADE)."""
+    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    try:
+        with db.write_conn() as conn:
+            conn.execute(models.Partition.__table__.insert(), {"id": "p1"})
+            conn.execute(models.Machine.__table__.insert(),
+                         {"id": "m1", "partition_id": "p1", "boot_interface": "pxe"})
+            conn.execute(models.Nic.__table__.insert(),
+                         {"mac": "aa:bb:cc:dd:ee:01", "machine_id": "m1"})
+        with db.write_engine.connect() as connection:
+            alembic.command.downgrade(db.alembic_config(connection), "0003")
+            connection.commit()
+        with db.read_conn() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM nics").scalar() == 1
+            assert conn.exec_driver_sql("SELECT count(*) FROM machines").scalar() == 1
+        db.upgrade()
+        with db.read_conn() as conn:
+            assert conn.exec_driver_sql("SELECT revision FROM machines").scalar() == 1
     finally:
         db.dispose()

@@ -27,6 +27,7 @@ def upgrade():
 
 def downgrade():
     op.execute("UPDATE machines SET state = 'ready' WHERE state = 'enrolling'")
-    with op.batch_alter_table('machines', schema=None) as batch_op:
-        batch_op.drop_column('last_error')
-        batch_op.drop_column('prepared_interface')
+    # not batch_alter_table: on SQLite that copies the table, and dropping the
+    # old machines table would delete every NIC (ON DELETE CASCADE)
+    op.execute("ALTER TABLE machines DROP COLUMN last_error")
+    op.execute("ALTER TABLE machines DROP COLUMN prepared_interface")

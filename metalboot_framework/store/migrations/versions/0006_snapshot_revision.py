@@ -89,5 +89,6 @@ def downgrade():
                      "nics_revision_move", "machines_revision", "partitions_revision"):
             op.execute(f"DROP TRIGGER {name}")
     for table in ("machines", "partitions"):
-        with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.drop_column('revision')
+        # not batch_alter_table: on SQLite that copies the table, and dropping
+        # the old machines table would delete every NIC (ON DELETE CASCADE)
+        op.execute(f"ALTER TABLE {table} DROP COLUMN revision")
