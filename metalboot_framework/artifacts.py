@@ -96,13 +96,16 @@ def snapshot_revisions(conn, machine_ids):
     :func:`load_snapshots` gave is still what the database holds (triggers bump
     the revisions on every change of what a snapshot is made of; the incarnation,
     the machine's creation time, tells a machine registered again after its
-    deletion from the one before, whose revisions may have been the same)."""
-    ids = list(dict.fromkeys(machine_ids))
-    if not ids:
-        return {}
-    return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(
-        sqlalchemy.select(_M.c.id, _M.c.revision, _INCARNATION, _P.c.revision)
-        .join(_P, _P.c.id == _M.c.partition_id).where(_M.c.id.in_(ids)))}
+    deletion from the one before, whose revisions may have been the same).
+    ``machine_ids`` None: of every machine."""
+    query = sqlalchemy.select(_M.c.id, _M.c.revision, _INCARNATION, _P.c.revision) \
+        .join(_P, _P.c.id == _M.c.partition_id)
+    if machine_ids is not None:  # None: every machine
+        ids = list(dict.fromkeys(machine_ids))
+        if not ids:
+            return {}
+        query = query.where(_M.c.id.in_(ids))
+    return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(query)}
 
 
 def _partition_rows(conn, partition_ids):
