@@ -76,6 +76,12 @@ def test_revisions_follow_every_change_a_snapshot_is_made_of(tmp_path, database_
         # the partition: every machine in it
         assert write("UPDATE partitions SET cmdline = 'console=ttyS1'") == {"m1", "m2"}
         assert write("UPDATE partitions SET updated_at = CURRENT_TIMESTAMP") == set()
+        # what the boot server compares: by ids, or every machine at once
+        from metalboot_framework import artifacts
+        with db.read_conn() as conn:
+            every = artifacts.snapshot_revisions(conn, None)
+            assert every == artifacts.snapshot_revisions(conn, ["m1", "m2", "nope"])
+        assert {m: r[0] * 1000 + r[2] for m, r in every.items()} == revisions()
     finally:
         db.dispose()
 
