@@ -883,8 +883,9 @@ def main(argv=None):
     common.parse_args(sys.argv[1:] if argv is None else argv,
                       "Serve boot artifacts and boot reports to booting machines.")
     common.setup_logging(CONF.debug)
-    if CONF.boot_server.workers > 1:
-        return _serve_workers(CONF.boot_server.workers)
+    workers = CONF.boot_server.workers or len(os.sched_getaffinity(0))
+    if workers > 1:
+        return _serve_workers(workers)
     _serve_process(reuse_port=False)
     return 0
 

@@ -38,10 +38,11 @@ opts = [
     cfg.IntOpt("db_threads", default=4, min=1,
                help="Threads that run database reads (and plugin artifact lookups) "
                     "off the event loop; evidence has one writer thread of its own."),
-    cfg.IntOpt("workers", default=1, min=1,
+    cfg.IntOpt("workers", default=1, min=0,
                help="Server processes sharing the port (SO_REUSEPORT; the kernel spreads "
                     "connections over them). One event loop uses one core at most: "
-                    "give a boot storm about one process per core."),
+                    "give a boot storm about one process per core. 0: one per CPU this "
+                    "process may run on."),
     cfg.IntOpt("backlog", default=1024, min=1,
                help="Listen backlog of the server socket."),
     cfg.FloatOpt("shutdown_timeout", default=10.0, min=0,

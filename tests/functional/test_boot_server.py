@@ -406,6 +406,18 @@ def test_background_refresh_keeps_only_unchanged_entries():
     asyncio.run(scenario())
 
 
+def test_workers_zero_is_one_per_cpu(boot_pair):
+    api, boot = boot_pair(extra="workers = 0\n")
+    ids = register(api, 1)
+    cpus = len(os.sched_getaffinity(0))
+    with open(f"/proc/{boot.proc.pid}/task/{boot.proc.pid}/children") as f:
+        children = f.read().split()
+    assert len(children) == (cpus if cpus > 1 else 0)
+    token = signer_of(api).machine_token(ids[0], 1)
+    assert requests.get(f"{boot.url}/boot/{ids[0]}/fake/{token}/boot.ipxe").status_code == 200
+    assert boot.stop(signal.SIGTERM) == 0
+
+
 def test_concurrent_misses_share_one_query_and_expire():
     import asyncio
 
