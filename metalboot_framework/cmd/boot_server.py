@@ -840,6 +840,10 @@ def _serve_process(reuse_port):
         LOG.info("metalboot-boot-server stopped")
 
 
+def _exit_while_starting(_signum, _frame):
+    raise SystemExit(0)
+
+
 def _serve_workers(count):
     """``count`` forked server processes on one port; SIGTERM/SIGINT reach them all,
     and the parent exits when they have, with the worst exit status."""
@@ -849,6 +853,10 @@ def _serve_workers(count):
         if pid == 0:  # a worker: its own database engines, plugins and event loop
             code = 1
             try:
+                # stopped while it starts (before its event loop handles the
+                # signals): nothing is queued yet, so that is a clean exit
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, _exit_while_starting)
                 _serve_process(reuse_port=True)
                 code = 0
             except SystemExit as exc:

@@ -415,7 +415,11 @@ def test_workers_zero_is_one_per_cpu(boot_pair):
     assert len(children) == (cpus if cpus > 1 else 0)
     token = signer_of(api).machine_token(ids[0], 1)
     assert requests.get(f"{boot.url}/boot/{ids[0]}/fake/{token}/boot.ipxe").status_code == 200
-    assert boot.stop(signal.SIGTERM) == 0
+    deadline = time.monotonic() + 30  # every worker listening (each logs it)
+    while boot.log().count("listening on") < cpus and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert boot.log().count("listening on") == cpus
+    assert boot.stop(signal.SIGTERM) == 0, boot.log()
 
 
 def test_concurrent_misses_share_one_query_and_expire():
