@@ -346,15 +346,20 @@ def _views_of_new_rows(machine_rows, nic_rows):
             for row in machine_rows]
 
 
-def _locked_machine(session, machine_id):
+def _machine_for_update(session, machine_id):
     m = session.scalars(select(models.Machine).where(models.Machine.id == machine_id)
                         .with_for_update()).first()
     if m is None:
         raise NotFound(f"machine {machine_id} not found")
-    if m.reservation is not None:
-        raise MachineLocked(f"machine {machine_id} is locked by {m.reservation} since "
-                            f"{iso(m.reserved_at)}; try again when it is released")
     return m
+
+
+def _refuse_if_locked(m):
+    """Checked after the lasting reasons to refuse (a migration, a deletion): the
+    lock of a conductor's step is over in a moment, and naming it would hide them."""
+    if m.reservation is not None:
+        raise MachineLocked(f"machine {m.id} is locked by {m.reservation} since "
+                            f"{iso(m.reserved_at)}; try again when it is released")
 
 
 def active_migration_of(session, machine_id):
@@ -367,7 +372,7 @@ def patch_machine(services, machine_id, data):
     changes = sorted(data)
     with services.write() as unit:
         s = unit.session
-        m = _locked_machine(s, machine_id)
+        m = _machine_for_update(s, machine_id)
         if m.state == "deleting":
             raise Conflict(f"machine {machine_id} is being deleted; DELETE it with "
                            "force=true to forget it without clean-up")
@@ -378,6 +383,7 @@ def patch_machine(services, machine_id, data):
                            f"(step {busy.state}); cancel it or wait before changing "
                            f"{', '.join(frozen)}",
                            fields={k: ["machine is in a migration"] for k in frozen})
+        _refuse_if_locked(m)
         _check_references(s, services, [data], lambda i: "")
         if "nics" in data:
             _check_nic_conflicts(s, [data], lambda i: "", exclude_machine=machine_id)
@@ -444,11 +450,12 @@ def delete_machine(services, machine_id, force=False):
     view = get_machine(services, machine_id)
     with services.write() as unit:
         s = unit.session
-        m = _locked_machine(s, machine_id)
+        m = _machine_for_update(s, machine_id)
         busy = active_migration_of(s, machine_id)
         if busy is not None:
             raise Conflict(f"machine {machine_id} is in migration {busy.migration_id} "
                            f"(step {busy.state}); cancel it first")
+        _refuse_if_locked(m)
         if m.prepared_interface is not None and not force:
             if m.state != "deleting":
                 m.state, m.last_error, m.updated_at = "deleting", None, models.utcnow()
