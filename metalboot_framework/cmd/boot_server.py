@@ -118,11 +118,10 @@ class BatchCache:
         return MISS
 
     async def get(self, key):
-        hit = self._data.get(key)
+        value = self.cached(key)
+        if value is not MISS:
+            return value
         loop = asyncio.get_running_loop()
-        if hit is not None and hit[0] > loop.time():
-            self._used[key] = self._round
-            return hit[1]
         # a future per waiter: one waiter's cancel is not everyone's (cheaper
         # than a shield around a shared one)
         future = loop.create_future()
@@ -493,18 +492,13 @@ class BootServer:
         """Snapshots of ``machine_ids``. An expired one whose revisions are still
         the database's is kept (one narrow query for all of them); the others
         are read anew."""
-        found = {}
         with self.services.db.read_conn() as conn:
-            if stale:
-                current = artifacts.snapshot_revisions(conn, stale)
-                for machine_id, old in stale.items():
-                    if current.get(machine_id) == old.revisions:
-                        found[machine_id] = old if self._keep_scripts else \
-                            Snapshot(old.machine, old.partition, old.revisions)
+            found = {m: stale[m] if self._keep_scripts else
+                     Snapshot(stale[m].machine, stale[m].partition, stale[m].revisions)
+                     for m in self._unchanged(conn, stale)}
             changed = [m for m in machine_ids if m not in found]
             loaded = artifacts.load_snapshots(conn, changed) if changed else {}
         with self._counting:
-            self.snapshots_kept += len(found)
             self.snapshots_read += len(loaded)
         for machine_id, value in loaded.items():
             snapshot = found[machine_id] = Snapshot(*value)
@@ -515,19 +509,25 @@ class BootServer:
         return found
 
     def _current_snapshots(self, held):
-        """The machines of ``held`` whose snapshots are still current, by their
-        revisions: queries of ``read_batch_size`` machines, or for more than
-        :data:`SCAN_FROM` machines one narrow read of every machine's revisions
-        (cheaper than many lists of ids)."""
-        ids = list(held)
-        current = {}
+        """The background refresh: those of ``held`` still current."""
         with self.services.db.read_conn() as conn:
-            if len(ids) > SCAN_FROM:
-                current = artifacts.snapshot_revisions(conn, None)
-            else:
-                for start in range(0, len(ids), self.opts.read_batch_size):
-                    current.update(artifacts.snapshot_revisions(
-                        conn, ids[start:start + self.opts.read_batch_size]))
+            return self._unchanged(conn, held)
+
+    def _unchanged(self, conn, held):
+        """The machines of ``held`` ({id: Snapshot}) whose snapshots are still
+        current, by their revisions: queries of ``read_batch_size`` machines, or
+        for more than :data:`SCAN_FROM` one narrow read of every machine's
+        revisions (cheaper than many lists of ids)."""
+        if not held:
+            return []
+        ids = list(held)
+        if len(ids) > SCAN_FROM:
+            current = artifacts.snapshot_revisions(conn, None)
+        else:
+            current = {}
+            for start in range(0, len(ids), self.opts.read_batch_size):
+                current.update(artifacts.snapshot_revisions(
+                    conn, ids[start:start + self.opts.read_batch_size]))
         kept = [m for m in ids if current.get(m) == held[m].revisions]
         with self._counting:
             self.snapshots_kept += len(kept)

@@ -88,24 +88,25 @@ class Database:
             return
         with self._write_lock:
             lock = self._process_lock()
-            if lock is None:
-                yield
-                return
-            # POSIX locks belong to the process: a second Database on the same
-            # file in this process is not blocked by it (no self-deadlock)
-            try:
-                fcntl.lockf(lock, fcntl.LOCK_EX)
-            except OSError as exc:  # e.g. ENOLCK on a network file system
-                LOG.warning("cannot lock %s (%s): SQLite writers of this process wait in "
-                            "SQLite's busy handler instead", self._lock_path, exc.strerror)
-                self._lock_file = (os.getpid(), None)
-                os.close(lock)
-                yield
-                return
+            if lock is not None:
+                # POSIX locks belong to the process: a second Database on the same
+                # file in this process is not blocked by it (no self-deadlock)
+                try:
+                    fcntl.lockf(lock, fcntl.LOCK_EX)
+                except OSError as exc:  # e.g. ENOLCK on a network file system
+                    self._without_process_lock("lock", exc)
+                    os.close(lock)
+                    lock = None
             try:
                 yield
             finally:
-                fcntl.lockf(lock, fcntl.LOCK_UN)
+                if lock is not None:
+                    fcntl.lockf(lock, fcntl.LOCK_UN)
+
+    def _without_process_lock(self, what, exc):
+        LOG.warning("cannot %s %s (%s): SQLite writers of this process wait in SQLite's "
+                    "busy handler instead", what, self._lock_path, exc.strerror)
+        self._lock_file = (os.getpid(), None)
 
     def _process_lock(self):
         """This process's descriptor of the lock file; None for an in-memory
@@ -117,12 +118,10 @@ class Database:
         if self._lock_file is None or self._lock_file[0] != pid:
             # a forked child opens its own (the lock is the process's anyway)
             try:
-                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o660)
+                self._lock_file = (pid, os.open(self._lock_path, os.O_RDWR | os.O_CREAT
+                                                | os.O_CLOEXEC, 0o660))
             except OSError as exc:
-                LOG.warning("cannot open %s (%s): SQLite writers of this process wait in "
-                            "SQLite's busy handler instead", self._lock_path, exc.strerror)
-                fd = None
-            self._lock_file = (pid, fd)
+                self._without_process_lock("open", exc)
         return self._lock_file[1]
 
     @contextlib.contextmanager
