@@ -188,20 +188,28 @@ def cpu_run(count, max_parallel):
     return per_machine - per_fetch
 
 
-def latency_run(count, max_parallel, delay):
+def latency_run(count, max_parallel, delay, conductors=1):
     """metalboot-server (API + conductor) with the machines' fetches served by a
-    metalboot-boot-server on the same database, as a site at scale runs them."""
+    metalboot-boot-server on the same database, as a site at scale runs them;
+    ``conductors`` > 1 adds metalboot-conductor processes on that database."""
     import tempfile
     workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
     console = os.path.join(workdir, "console.log")
     boot_port = free_port()
-    server = MetalbootServer(
-        extra_conf=conf_for(console, max_parallel)
-        + f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n",
-        workdir=workdir, public_url=f"http://127.0.0.1:{boot_port}")
+    conf = (conf_for(console, max_parallel)
+            + f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n")
+    server = MetalbootServer(extra_conf=conf, workdir=workdir,
+                             public_url=f"http://127.0.0.1:{boot_port}")
     boot = None
+    extra = []
     try:
         boot = BootServer(server, boot_port)
+        db_url = f"sqlite:///{os.path.join(workdir, 'state', 'metalboot.sqlite')}"
+        for n in range(1, conductors):
+            extra.append(MetalbootServer(
+                extra_conf=conf, workdir=os.path.join(workdir, f"conductor{n}"),
+                command="metalboot_framework.cmd.conductor", database_url=db_url,
+                public_url=f"http://127.0.0.1:{boot_port}", host=f"bench-conductor-{n}"))
         ids = register(server, count, delay=delay)
         tail = ConsoleTail(console, workers=max_parallel)
         cpu0 = cpu_seconds(server.proc.pid)
@@ -211,6 +219,8 @@ def latency_run(count, max_parallel, delay):
         cpu = cpu_seconds(server.proc.pid) - cpu0
         tail.stop()
     finally:
+        for proc in extra:
+            proc.stop()
         if boot is not None:
             boot.stop()
         server.stop()
@@ -236,11 +246,14 @@ def main(argv=None):
     parser.add_argument("--max-parallel", type=int, default=500)
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--only", choices=["cpu", "latency"])
+    parser.add_argument("--conductors", type=int, default=1,
+                        help="conductor processes in the latency run (the server's, plus "
+                             "metalboot-conductor processes on its SQLite database)")
     args = parser.parse_args(argv)
     if args.only != "latency":
         cpu_run(args.machines, args.max_parallel)
     if args.only != "cpu":
-        latency_run(args.machines, args.max_parallel, args.delay)
+        latency_run(args.machines, args.max_parallel, args.delay, args.conductors)
 
 
 if __name__ == "__main__":

@@ -454,7 +454,9 @@ class MigrationCreateSchema(StrictSchema):
         "oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 9},
                   {"type": "string", "pattern": "^[0-9]{1,3}(\\.[0-9]+)?%$"}]})
     canary = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10000), metadata={
-        "description": "The first N machines must all succeed before the rest start."})
+        "description": "The first N machines must all succeed before the rest start; "
+                       "a canary that a veto skips is replaced by the next queued "
+                       "machine."})
     boot_timeout = fields.Integer(validate=validate.Range(min=1, max=86400), metadata={
         "description": "Seconds from activation to boot evidence; default "
                        "[conductor] default_boot_timeout."})

@@ -107,6 +107,7 @@ class BmcClient:
         if cache is None:
             self.cache.ttl = conf.bmc.connection_cache_ttl
             self.cache.max_size = conf.bmc.connection_cache_size
+            self.cache.max_requests = conf.bmc.max_requests_per_bmc
         self.policy = policy or retry_mod.Policy.from_conf(conf)
         self._path = None
         self._quirks = None

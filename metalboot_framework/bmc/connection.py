@@ -23,21 +23,27 @@ LOG = logging.getLogger(__name__)
 
 ROOT_PREFIX = "/redfish/v1/"
 
-#: Requests one connection sends to its BMC at the same time: as many as the
-#: connector's connection pool holds (requests' default). A BMC managing
-#: several systems (a chassis manager, sushy-tools) serves the steps of several
-#: machines at once; a BMC of one system sees one request at a time anyway,
-#: since a machine runs one step at a time.
+#: Requests one connection sends to its BMC at the same time, unless ``[bmc]
+#: max_requests_per_bmc`` says otherwise: requests' default pool size. A BMC
+#: managing several systems (a chassis manager, sushy-tools) serves the steps of
+#: several machines at once; a BMC of one system sees one request at a time
+#: anyway, since a machine runs one step at a time.
 MAX_REQUESTS_PER_BMC = requests.adapters.DEFAULT_POOLSIZE
 
 
 class SingleShotConnector(sushy_connector.Connector):
     """A sushy connector that sends each request exactly once."""
 
-    def __init__(self, url, **kwargs):
+    def __init__(self, url, pool_size=MAX_REQUESTS_PER_BMC, **kwargs):
         # server_side_retries=1 makes sushy's connection loop a single attempt;
         # _op below makes its 5xx handling retry-free.
         super().__init__(url, server_side_retries=1, server_side_retries_delay=0, **kwargs)
+        if pool_size != requests.adapters.DEFAULT_POOLSIZE:
+            # as many pooled sockets as requests may be under way (else urllib3
+            # warns "connection pool is full" for each one above its default)
+            adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool_size)
+            self._session.mount("https://", adapter)
+            self._session.mount("http://", adapter)
 
     def _op(self, method, path="", data=None, headers=None, blocking=False, timeout=None,
             server_side_retries_left=None, allow_reauth=True, **kwargs):
@@ -97,7 +103,7 @@ class RequestSlots:
 
 class Connection:
     """A cached sushy root plus its connector; send requests inside ``with slots``
-    (at most :data:`MAX_REQUESTS_PER_BMC` at once).
+    (at most ``max_requests`` at once).
 
     ``facts`` holds what does not change while the connection lives and would
     otherwise be read again by every step: per system path, its vendor quirks
@@ -106,14 +112,15 @@ class Connection:
     authentication error).
     """
 
-    def __init__(self, url, username, root, connector, fingerprint):
+    def __init__(self, url, username, root, connector, fingerprint,
+                 max_requests=MAX_REQUESTS_PER_BMC):
         self.url = url
         self.username = username
         self.root = root
         self.connector = connector
         self.fingerprint = fingerprint
         self.created = time.monotonic()
-        self.slots = RequestSlots(MAX_REQUESTS_PER_BMC)
+        self.slots = RequestSlots(max_requests)
         self.facts = {}
 
     def close(self):
@@ -132,9 +139,10 @@ def _fingerprint(password, verify):
 class ConnectionCache:
     """Thread-safe LRU cache of :class:`Connection` keyed by (url, username)."""
 
-    def __init__(self, max_size=5000, ttl=900):
+    def __init__(self, max_size=5000, ttl=900, max_requests=MAX_REQUESTS_PER_BMC):
         self.max_size = max_size
         self.ttl = ttl
+        self.max_requests = max_requests  # of each connection opened from now on
         self._entries = collections.OrderedDict()
         self._lock = threading.Lock()
         self._creating = {}
@@ -196,11 +204,11 @@ class ConnectionCache:
         for conn in entries:
             conn.close()
 
-    @staticmethod
-    def _connect(url, username, password, verify, connect_timeout, read_timeout,
+    def _connect(self, url, username, password, verify, connect_timeout, read_timeout,
                  fingerprint):
         redact.register_secret(password)
-        connector = SingleShotConnector(url, verify=verify,
+        max_requests = self.max_requests
+        connector = SingleShotConnector(url, pool_size=max_requests, verify=verify,
                                         default_request_timeout=read_timeout,
                                         connect_timeout=connect_timeout)
         # BasicAuth: nothing to log in, no session to expire or leak on the BMC.
@@ -212,7 +220,7 @@ class ConnectionCache:
             connector.close()
             raise
         LOG.debug("opened Redfish connection to %s as %s", url, username)
-        return Connection(url, username, root, connector, fingerprint)
+        return Connection(url, username, root, connector, fingerprint, max_requests)
 
 
 #: The process-wide cache every client uses unless given another.

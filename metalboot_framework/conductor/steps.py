@@ -68,6 +68,16 @@ _MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_inter
 _EVIDENCE = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                _MMT.c.machine_id == _mid) \
     .values(evidence_id=bindparam("evidence"))
+# A vetoed canary proved nothing: the first queued machine that is not a
+# canary takes its place (canaries are the first queued machines and start first).
+_SKIPPED_CANARIES = select(_MMT.c.machine_id).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
+    _MMT.c.canary.is_(True))
+_NEXT_CANARIES = select(_MMT.c.machine_id).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MMT.c.canary.is_(False)).order_by(_MMT.c.position).limit(bindparam("n"))
+_MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
+                                    _MMT.c.machine_id.in_(_mids)).values(canary=True)
 _TRANSITIONS = {}
 
 
@@ -345,7 +355,7 @@ class StepRunner:
                 t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
                                                          "mid": t.machine_id}).first())
             groups.setdefault(key, []).append(index)
-        for (migration_id, old, _new, release, _error, _), indexes in groups.items():
+        for (migration_id, old, new, release, _error, _), indexes in groups.items():
             first = transitions[indexes[0]]
             values = self._values(first, now)
             params = {"mig": migration_id, "old": old, "host": self.host, "now": now}
@@ -365,10 +375,36 @@ class StepRunner:
                                          for i in moved])
             if moved:
                 self._after(conn, [transitions[i] for i in moved], params)
+            replaced = self._replace_canaries(conn, migration_id, [
+                transitions[i].machine_id for i in moved]) if new == "skipped" else {}
             for i in moved:
                 t = transitions[i]
                 results[i] = self._record(units[i], t)
+                if t.machine_id in replaced:
+                    units[i].event("migration.canary_replaced",
+                                   f"{replaced[t.machine_id]} is a canary in place of "
+                                   f"{t.machine_id}, which was skipped: {t.reason}",
+                                   machine_id=replaced[t.machine_id],
+                                   migration_id=migration_id,
+                                   data={"replaces": t.machine_id, "reason": t.reason})
         return results
+
+    @staticmethod
+    def _replace_canaries(conn, migration_id, skipped):
+        """{skipped canary: the queued machine that became a canary in its place};
+        a canary left out of the wave must not let the rest start unproven."""
+        if not skipped:
+            return {}
+        gone = [mid for chunk in _chunks(skipped) for mid in conn.execute(
+            _SKIPPED_CANARIES, {"mig": migration_id, "mids": chunk}).scalars()]
+        if not gone:
+            return {}
+        successors = conn.execute(_NEXT_CANARIES, {"mig": migration_id,
+                                                   "n": len(gone)}).scalars().all()
+        if successors:
+            conn.execute(_MAKE_CANARIES, {"mig": migration_id, "mids": successors})
+        # with fewer machines queued than canaries gone, the last ones have no successor
+        return dict(zip(gone, successors, strict=False))
 
     def _values(self, t, now):
         """The columns a transition sets."""

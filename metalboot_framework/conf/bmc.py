@@ -27,6 +27,13 @@ opts = [
                       "because the system is in POST (HPE iLO quirk)."),
     cfg.FloatOpt("post_retry_interval", default=10.0, min=0.01,
                  help="Seconds between those retries."),
+    cfg.IntOpt("max_requests_per_bmc", default=10, min=1, max=1000,
+               help="Redfish requests sent to one BMC (address and user) at the same "
+                    "time; more wait. A BMC of one system sees one request at a time "
+                    "anyway (a machine runs one step at a time); a chassis manager or "
+                    "an emulator serving many systems gets up to this many. Lower it "
+                    "for BMCs that fail under concurrent requests. Read when the "
+                    "connection to a BMC is opened."),
     cfg.IntOpt("connection_cache_ttl", default=900, min=0,
                help="Seconds a cached Redfish connection to a BMC is reused "
                     "before it is opened anew; 0 disables reuse."),

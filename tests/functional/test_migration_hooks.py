@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metalboot_framework.testing.simulator import SimulatedFleet
+from metalboot_framework.testing.simulator import SILENT, SimulatedFleet
 from tests.conftest import free_port
 from tests.functional.test_migrations import machine_states, migrate, setup_machines, wait_for
 
@@ -50,6 +50,32 @@ def test_veto_hook_skips_with_reason(server_factory, veto_site):
     assert per[ids[0]]["state"] == "done" and per[ids[2]]["state"] == "done"
     machine = server.request("GET", f"/v1/machines/{ids[1]}").json()
     assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
+
+
+def test_vetoed_canary_is_replaced_by_the_next_machine(server_factory, veto_site):
+    """The canary is vetoed: the next machine becomes the canary, and its failure
+    halts the wave before the others start (without the replacement they would
+    start at once, unproven, and finish)."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
+                            env={"PYTHONPATH": str(veto_site)}).start()
+    ids = setup_machines(server, 4)
+    server.request("PATCH", f"/v1/machines/{ids[0]}", json={"properties": {"allocated": True}})
+    with SimulatedFleet(server.url, server.token, behaviour={ids[1]: SILENT}):
+        m = wait_for(server, migrate(server, ids, canary=1, max_parallel=4,
+                                     boot_timeout=2)["id"])
+    assert m["state"] == "halted"
+    assert m["reason"].startswith(f"canary machine {ids[1]} failed"), m["reason"]
+    per = machine_states(server, m["id"])
+    assert per[ids[0]]["state"] == "skipped" and per[ids[0]]["canary"]
+    assert per[ids[1]]["canary"] and per[ids[1]]["state"] == "rolled_back"
+    for mid in ids[2:]:
+        assert not per[mid]["canary"]
+        assert per[mid]["state"] == "cancelled" and per[mid]["started_at"] is None
+    events = server.request("GET", "/v1/events", params={
+        "migration_id": m["id"], "limit": 1000}).json()["events"]
+    replaced = [e for e in events if e["kind"] == "migration.canary_replaced"]
+    assert [(e["machine_id"], e["data"]["replaces"]) for e in replaced] == [(ids[1], ids[0])]
+    assert "vetoed: allocation-guard" in replaced[0]["data"]["reason"]
 
 
 class Receiver(http.server.ThreadingHTTPServer):

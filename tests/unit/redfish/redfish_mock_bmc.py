@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -102,6 +103,8 @@ class MockRedfishBmc:
         self.post_refusals = 0          # HPE: 400 "in POST" for that many PATCHes
         self.refuse_continuous = False  # 400 on BootSourceOverrideEnabled=Continuous
         self.statuses = []              # forced statuses for the next requests
+        self.delay = 0.0                # seconds each request takes
+        self.active = self.most_active = 0  # requests under way: now, at most
         self.lock = threading.Lock()
         bmc = self
 
@@ -134,6 +137,18 @@ class MockRedfishBmc:
                                                   "Severity": "Warning"}]}})
 
             def handle_any(self):
+                with bmc.lock:
+                    bmc.active += 1
+                    bmc.most_active = max(bmc.most_active, bmc.active)
+                try:
+                    if bmc.delay:
+                        time.sleep(bmc.delay)
+                    self.answer()
+                finally:
+                    with bmc.lock:
+                        bmc.active -= 1
+
+            def answer(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 path = self.path.rstrip("/") or "/"

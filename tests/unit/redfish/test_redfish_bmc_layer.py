@@ -55,6 +55,23 @@ def test_cache_creates_one_connection_per_bmc_and_user(mock_redfish_bmc):
     small.clear()
 
 
+@pytest.mark.parametrize("limit", [2, None])
+def test_requests_at_once_per_bmc_follow_the_conf(tmp_path, mock_redfish_bmc, limit):
+    """Six machines' steps on one BMC: [bmc] max_requests_per_bmc of them reach it
+    at once, the others wait; the default (10) lets all six through."""
+    bmc = mock_redfish_bmc("Contoso")
+    conf = make_conf(tmp_path, **({"max_requests_per_bmc": limit} if limit else {}))
+    clients = [BmcClient(conf, BmcInfo(bmc.url, "root", PASSWORD, False)) for _ in range(6)]
+    clients[0].boot_state()  # the connection, opened once
+    bmc.delay, bmc.most_active = 0.3, 0
+    threads = [threading.Thread(target=c.boot_state) for c in clients[1:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bmc.most_active == (limit or 5)
+
+
 def test_5xx_retried_then_success(tmp_path, mock_redfish_bmc):
     bmc = mock_redfish_bmc("Contoso")
     c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False))
