@@ -123,6 +123,30 @@ def test_log_filter_masks_registered_passwords(caplog):
     assert redact.MASK in caplog.records[-1].getMessage()
 
 
+def test_every_registered_password_is_masked_in_a_fleet_of_them():
+    """One password per BMC of a fleet: masked whether it is in the automaton or
+    registered since; a password containing another is masked whole; a
+    forgotten one no more."""
+    fleet = [f"fleet-pw-{n:05d}-{n * 7919 % 10007:05d}" for n in range(3 * redact.REBUILD_AFTER)]
+    for password in fleet:
+        redact.register_secret(password)
+    try:
+        for password in (fleet[0], fleet[redact.REBUILD_AFTER + 1], fleet[-1]):
+            assert redact.scrub(f"BMC said: bad password {password}!") == \
+                f"BMC said: bad password {redact.MASK}!"
+        longer = fleet[5] + "-suffix"
+        redact.register_secret(longer)
+        assert redact.scrub(f"a {longer} b {fleet[5]} c") == f"a {redact.MASK} b {redact.MASK} c"
+        redact.register_secret("ab")  # too short to mask
+        assert redact.scrub("ab cd") == "ab cd"
+        redact.forget_secret(fleet[1])
+        assert redact.scrub(f"x {fleet[1]} {fleet[2]}") == f"x {fleet[1]} {redact.MASK}"
+    finally:
+        for password in fleet + [fleet[5] + "-suffix"]:
+            redact.forget_secret(password)
+    assert redact.scrub(f"x {fleet[2]}") == f"x {fleet[2]}"
+
+
 def test_connection_refused_retried_with_backoff(tmp_path):
     import socket
     with socket.socket() as s:
