@@ -40,7 +40,7 @@ _PATTERNS = (
     (re.compile(r"(?i)([?&](?:token|password)=)[^&\s\"'#]+"), r"\1" + MASK),
 )
 
-# What one of the patterns above needs in the (lowercased) text: most log
+# What one of the patterns above needs in the (case-folded) text: most log
 # lines carry none, and four substring tests cost less than one regex search.
 _TOKEN_MARKS = ("/boot/", "token=", "bearer", "password=")
 
@@ -74,8 +74,8 @@ def redact(text):
     """``text`` with every known secret and token-bearing pattern masked."""
     if not text:
         return text
-    lowered = text.lower()
-    if any(mark in lowered for mark in _TOKEN_MARKS):
+    folded = text.casefold()  # as the patterns' (?i) matches: "ſ" is an "s" too
+    if any(mark in folded for mark in _TOKEN_MARKS):
         for pattern, replacement in _PATTERNS:
             text = pattern.sub(replacement, text)
     for secret in _secrets:

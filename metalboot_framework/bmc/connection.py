@@ -85,6 +85,7 @@ class RequestSlots:
     """At most ``size`` requests at once; a thread that holds a slot may nest."""
 
     def __init__(self, size):
+        self.size = size
         self._slots = threading.BoundedSemaphore(size)
         self._held = threading.local()
 
@@ -103,7 +104,7 @@ class RequestSlots:
 
 class Connection:
     """A cached sushy root plus its connector; send requests inside ``with slots``
-    (at most ``max_requests`` at once).
+    (the BMC's, shared with the connections that replace this one).
 
     ``facts`` holds what does not change while the connection lives and would
     otherwise be read again by every step: per system path, its vendor quirks
@@ -112,15 +113,14 @@ class Connection:
     authentication error).
     """
 
-    def __init__(self, url, username, root, connector, fingerprint,
-                 max_requests=MAX_REQUESTS_PER_BMC):
+    def __init__(self, url, username, root, connector, fingerprint, slots=None):
         self.url = url
         self.username = username
         self.root = root
         self.connector = connector
         self.fingerprint = fingerprint
         self.created = time.monotonic()
-        self.slots = RequestSlots(max_requests)
+        self.slots = slots or RequestSlots(MAX_REQUESTS_PER_BMC)
         self.facts = {}
 
     def close(self):
@@ -142,7 +142,11 @@ class ConnectionCache:
     def __init__(self, max_size=5000, ttl=900, max_requests=MAX_REQUESTS_PER_BMC):
         self.max_size = max_size
         self.ttl = ttl
-        self.max_requests = max_requests  # of each connection opened from now on
+        self.max_requests = max_requests  # per BMC whose first connection opens from now on
+        # (url, username) -> RequestSlots: they outlive a connection, so that
+        # requests still under way on a replaced one (TTL, new password, after
+        # an error) count against the BMC's limit too
+        self._slots = {}
         self._entries = collections.OrderedDict()
         self._lock = threading.Lock()
         self._creating = {}
@@ -179,8 +183,12 @@ class ConnectionCache:
                 conn = self._fresh(key, fingerprint)
                 if conn is not None:
                     return conn
+            with self._lock:
+                slots = self._slots.get(key)
+                if slots is None:
+                    slots = self._slots[key] = RequestSlots(self.max_requests)
             new = self._connect(url, username, password, verify, connect_timeout,
-                                read_timeout, fingerprint)
+                                read_timeout, fingerprint, slots)
             with self._lock:
                 old = self._entries.pop(key, None)
                 self._entries[key] = new
@@ -201,26 +209,28 @@ class ConnectionCache:
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
+            self._slots.clear()
         for conn in entries:
             conn.close()
 
-    def _connect(self, url, username, password, verify, connect_timeout, read_timeout,
-                 fingerprint):
+    @staticmethod
+    def _connect(url, username, password, verify, connect_timeout, read_timeout,
+                 fingerprint, slots):
         redact.register_secret(password)
-        max_requests = self.max_requests
-        connector = SingleShotConnector(url, pool_size=max_requests, verify=verify,
+        connector = SingleShotConnector(url, pool_size=slots.size, verify=verify,
                                         default_request_timeout=read_timeout,
                                         connect_timeout=connect_timeout)
         # BasicAuth: nothing to log in, no session to expire or leak on the BMC.
         auth = sushy.auth.BasicAuth(username=username, password=password)
         try:
-            root = sushy.Sushy(url, auth=auth, connector=connector, root_prefix=ROOT_PREFIX,
-                               verify=verify)
+            with slots:  # opening reads the service root: a request like the others
+                root = sushy.Sushy(url, auth=auth, connector=connector,
+                                   root_prefix=ROOT_PREFIX, verify=verify)
         except Exception:
             connector.close()
             raise
         LOG.debug("opened Redfish connection to %s as %s", url, username)
-        return Connection(url, username, root, connector, fingerprint, max_requests)
+        return Connection(url, username, root, connector, fingerprint, slots)
 
 
 #: The process-wide cache every client uses unless given another.

@@ -19,66 +19,87 @@ REBUILD_AFTER = 64
 
 _secrets = set()
 _lock = threading.Lock()
-_automaton = None  # over the secrets registered when it was built
-_recent = ()  # registered since
+# (automaton over the secrets registered when it was built, those registered
+# since): one tuple, replaced in one assignment, read without the lock
+_state = (None, ())
 
 
 def _rebuild():
     """A new automaton over every secret (holds _lock)."""
-    global _automaton, _recent
+    global _state
     automaton = None
     if _secrets:
         automaton = ahocorasick.Automaton()
         for secret in _secrets:
-            automaton.add_word(secret, secret)
+            automaton.add_word(secret, len(secret))
         automaton.make_automaton()
-    _automaton, _recent = automaton, ()
+    _state = (automaton, ())
 
 
-def _found(text):
-    """The registered secrets that occur in ``text``."""
-    automaton, recent = _automaton, _recent  # read once: a rebuild swaps both
-    found = {secret for _, secret in automaton.iter(text)} if automaton is not None else set()
-    found.update(secret for secret in recent if secret in text)
-    return found
+def _spans(text, extra):
+    """(start, end) of every occurrence in ``text`` of a registered secret or of
+    one of ``extra``."""
+    automaton, recent = _state
+    spans = [(end + 1 - length, end + 1) for end, length in automaton.iter(text)] \
+        if automaton is not None else []
+    for secret in (*recent, *extra):
+        start = text.find(secret)
+        while start >= 0:
+            spans.append((start, start + len(secret)))
+            start = text.find(secret, start + 1)
+    return spans
 
 
 def scrub(text, *secrets):
-    """Return ``text`` with every given secret (and every registered one) masked."""
+    """Return ``text`` with every given secret (and every registered one) masked.
+
+    Overlapping occurrences are masked as one: masking one secret after the
+    other would leave the part of the second that the first's mask covered."""
     if text is None:
         return text
     text = str(text)
-    found = _found(text)
-    found.update(s for s in secrets if s and len(s) >= MIN_LENGTH and s in text)
-    # longest first: a password containing another one is masked whole
-    for secret in sorted(found, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
+    spans = _spans(text, [s for s in secrets if s and len(s) >= MIN_LENGTH])
+    if not spans:
+        return text
+    merged = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, last = [], 0
+    for start, end in merged:
+        out += [text[last:start], MASK]
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def register_secret(secret):
     """Remember a password so that :class:`RedactingFilter` masks it in logs."""
-    global _recent
+    global _state
     if not secret or len(secret) < MIN_LENGTH:
         return
     with _lock:
         if secret in _secrets:
             return
         _secrets.add(secret)
-        if len(_recent) >= REBUILD_AFTER:
+        automaton, recent = _state
+        if len(recent) >= REBUILD_AFTER:
             _rebuild()
         else:
-            _recent = _recent + (secret,)
+            _state = (automaton, recent + (secret,))
 
 
 def forget_secret(secret):
-    global _recent
+    global _state
     with _lock:
         if secret not in _secrets:
             return
         _secrets.discard(secret)
-        if secret in _recent:
-            _recent = tuple(s for s in _recent if s != secret)
+        automaton, recent = _state
+        if secret in recent:
+            _state = (automaton, tuple(s for s in recent if s != secret))
         else:
             _rebuild()
 

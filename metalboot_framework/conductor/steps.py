@@ -73,11 +73,17 @@ _EVIDENCE = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
 _SKIPPED_CANARIES = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
     _MMT.c.canary.is_(True))
+# Two conductors skipping canaries of one wave at once must not promote the
+# same machine: the rows chosen are locked, and those another one chose skipped
+# (PostgreSQL; on SQLite the write transaction is alone anyway).
 _NEXT_CANARIES = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
-    _MMT.c.canary.is_(False)).order_by(_MMT.c.position).limit(bindparam("n"))
+    _MMT.c.canary.is_(False)).order_by(_MMT.c.position).limit(bindparam("n")) \
+    .with_for_update(skip_locked=True)
 _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
-                                    _MMT.c.machine_id.in_(_mids)).values(canary=True)
+                                    _MMT.c.machine_id.in_(_mids), _MMT.c.state == "queued",
+                                    _MMT.c.canary.is_(False)).values(canary=True) \
+    .returning(_MMT.c.machine_id)
 _TRANSITIONS = {}
 
 
@@ -402,7 +408,9 @@ class StepRunner:
         successors = conn.execute(_NEXT_CANARIES, {"mig": migration_id,
                                                    "n": len(gone)}).scalars().all()
         if successors:
-            conn.execute(_MAKE_CANARIES, {"mig": migration_id, "mids": successors})
+            made = set(conn.execute(_MAKE_CANARIES, {"mig": migration_id,
+                                                     "mids": successors}).scalars())
+            successors = [mid for mid in successors if mid in made]
         # with fewer machines queued than canaries gone, the last ones have no successor
         return dict(zip(gone, successors, strict=False))
 

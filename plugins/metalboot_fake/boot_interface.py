@@ -2,7 +2,8 @@
 
 Like Ironic's fake hardware type, it touches no BMC and no DHCP server. Each
 call is appended to the machine's event history (kind ``fake.<step>``) and to
-:attr:`FakeBootInterface.calls`; the ``fake.activate`` event carries the boot
+:attr:`FakeBootInterface.calls` (the last :data:`CALLS_KEPT`, so that a demo
+server running for weeks does not grow); the ``fake.activate`` event carries the boot
 URL a BMC would have been given (a simulated machine reads it from there, see
 :mod:`metalboot_framework.testing.simulator`). It is installed twice, as
 ``fake`` and ``fake-alt``, so that migrations between two simulated paths can
@@ -19,6 +20,7 @@ Machine properties it reads:
 - ``fake_boot_delay``: seconds between activate and that fetch.
 """
 
+import collections
 import logging
 import threading
 import time
@@ -30,6 +32,8 @@ from metalboot_framework.boot_interface import BootInterface, Capability, Proper
 from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
 
 LOG = logging.getLogger(__name__)
+
+CALLS_KEPT = 10000  # calls remembered in FakeBootInterface.calls
 
 opts = [
     cfg.BoolOpt("record_events", default=True,
@@ -55,7 +59,7 @@ class FakeBootInterface(BootInterface):
                               Capability.IPV6})
 
     def __init__(self):
-        self.calls = []
+        self.calls = collections.deque(maxlen=CALLS_KEPT)
         self._lock = threading.Lock()
 
     def get_properties(self):

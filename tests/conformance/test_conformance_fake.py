@@ -24,13 +24,13 @@ class TestFakeConformance(BootInterfaceConformance):
 
     def test_steps_reach_the_plugin(self):
         calls = self.interface.calls
-        del calls[:]
+        calls.clear()
         self.interface.validate(self.task)
         self.interface.prepare(self.task)
         self.interface.activate(self.task)
         self.interface.clean_up(self.task)
-        assert calls == [(step, self.task.machine.id)
-                         for step in ("validate", "prepare", "activate", "clean_up")]
+        assert list(calls) == [(step, self.task.machine.id)
+                               for step in ("validate", "prepare", "activate", "clean_up")]
 
 
 class TestFakeAltConformance(BootInterfaceConformance):

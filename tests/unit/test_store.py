@@ -140,3 +140,99 @@ def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
             assert conn.exec_driver_sql("SELECT revision FROM machines").scalar() == 1
     finally:
         db.dispose()
+
+
+def test_deferred_events_are_the_rows_a_single_insert_writes(tmp_path, database_url,
+                                                            monkeypatch):
+    """The group commit's events (on SQLite written with ids given in the write
+    transaction and the driver's executemany) are stored exactly as one
+    INSERT .. RETURNING of the same event stores them, with ids in order after
+    the newest. Also on PostgreSQL (SQLAlchemy's multi-row path there)."""
+    import datetime
+
+    from metalboot_framework.services import UnitOfWork, insert_events
+
+    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    when = datetime.datetime(2026, 11, 30, 22, 0, 0)  # no microseconds: stored with them
+    monkeypatch.setattr(models, "utcnow", lambda: when)
+    kinds = [("a.b", "plain", None), ("c.d", "unicode \u2713", {"old": "pxe", "n": [1, None]}),
+             ("e.f", "", {})]
+    try:
+        with db.write_conn() as conn:
+            single = UnitOfWork(conn)
+            for kind, message, data in kinds:
+                single.event(kind, message, machine_id="m1", migration_id="g1", data=data)
+        with db.write_conn() as conn:
+            deferred = [UnitOfWork(conn, defer_events=True) for _ in range(2)]
+            for n, (kind, message, data) in enumerate(kinds):
+                deferred[n % 2].event(kind, message, machine_id="m1", migration_id="g1",
+                                      data=data)
+            insert_events(conn, deferred)
+        first = [ev.id for ev in single.events]
+        later = [ev.id for ev in deferred[0].events + deferred[1].events]
+        assert sorted(later) == list(range(max(first) + 1, max(first) + 4))
+        # in the order the units were given: unit 0's events, then unit 1's
+        assert later == [max(first) + 1, max(first) + 2, max(first) + 3]
+        columns = "kind, message, machine_id, migration_id, data, created_at"
+        with db.read_conn() as conn:
+            stored = {row[0]: row[1:] for row in conn.exec_driver_sql(
+                f"SELECT id, {columns} FROM events ORDER BY id")}
+            typed = {ev.id: ev for ev in conn.execute(sqlalchemy.select(models.Event.__table__))}
+        by_content = {}
+        for ev in single.events:
+            by_content[(ev.kind, ev.message)] = ev.id
+        for ev in deferred[0].events + deferred[1].events:
+            assert stored[ev.id] == stored[by_content[(ev.kind, ev.message)]]
+            assert typed[ev.id].data == ev.data and typed[ev.id].created_at == when
+    finally:
+        db.dispose()
+
+
+def test_canaries_skipped_at_once_are_replaced_by_different_machines(tmp_path, database_url):
+    """Two conductors skip the two canaries of one wave in overlapping
+    transactions: each skipped canary gets its own successor (on PostgreSQL the
+    second skips the row the first locked; on SQLite it waits for the first)."""
+    import threading
+    import time
+
+    from metalboot_framework.conductor.steps import StepRunner
+
+    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    mmt = models.MigrationMachine.__table__
+    try:
+        with db.write_conn() as conn:
+            conn.execute(models.Migration.__table__.insert(), {
+                "id": "g", "state": "running", "target_boot_interface": "fake",
+                "selector": {}, "options": {}, "total": 6, "created_at": models.utcnow()})
+            conn.execute(mmt.insert(), [{
+                "migration_id": "g", "machine_id": f"m{i}", "position": i, "canary": i < 2,
+                "source_boot_interface": "pxe", "attempt": 0,
+                "state": "validating" if i < 2 else "queued"} for i in range(6)])
+        replaced, second_started = {}, threading.Event()
+
+        def skip(machine_id):
+            with db.write_conn() as conn:
+                conn.execute(mmt.update().where(mmt.c.machine_id == machine_id)
+                             .values(state="skipped"))
+                second_started.set()
+                replaced.update(StepRunner._replace_canaries(conn, "g", [machine_id]))
+
+        with db.write_conn() as conn:
+            conn.execute(mmt.update().where(mmt.c.machine_id == "m0").values(state="skipped"))
+            replaced.update(StepRunner._replace_canaries(conn, "g", ["m0"]))
+            other = threading.Thread(target=skip, args=("m1",))
+            other.start()
+            if database_url:  # PostgreSQL: it chooses while this one holds its choice
+                assert second_started.wait(10)
+                time.sleep(0.5)
+            # SQLite: it waits for the write lock until this transaction commits
+        other.join(30)
+        assert replaced == {"m0": "m2", "m1": "m3"}
+        with db.read_conn() as conn:
+            canaries = set(conn.execute(sqlalchemy.select(mmt.c.machine_id).where(
+                mmt.c.canary.is_(True))).scalars())
+        assert canaries == {"m0", "m1", "m2", "m3"}
+    finally:
+        db.dispose()

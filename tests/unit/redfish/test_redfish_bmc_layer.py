@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 
 import pytest
 import sushy
@@ -72,6 +73,25 @@ def test_requests_at_once_per_bmc_follow_the_conf(tmp_path, mock_redfish_bmc, li
     assert bmc.most_active == (limit or 5)
 
 
+def test_request_limit_holds_across_a_replaced_connection(tmp_path, mock_redfish_bmc):
+    """A connection replaced while a request is under way on it (TTL, a new
+    password, after an error) shares the BMC's limit with the new one."""
+    bmc = mock_redfish_bmc("Contoso")
+    conf = make_conf(tmp_path, max_requests_per_bmc=1)
+    first, second = (BmcClient(conf, BmcInfo(bmc.url, "root", PASSWORD, False))
+                     for _ in range(2))
+    first.boot_state()
+    bmc.delay, bmc.most_active = 0.5, 0
+    under_way = threading.Thread(target=first.boot_state)
+    under_way.start()
+    while not bmc.active:
+        time.sleep(0.01)
+    connection.CACHE.invalidate(bmc.url, "root")  # the next request opens a new one
+    second.boot_state()
+    under_way.join()
+    assert bmc.most_active == 1
+
+
 def test_5xx_retried_then_success(tmp_path, mock_redfish_bmc):
     bmc = mock_redfish_bmc("Contoso")
     c = BmcClient(make_conf(tmp_path), BmcInfo(bmc.url, "root", PASSWORD, False))
@@ -137,12 +157,17 @@ def test_every_registered_password_is_masked_in_a_fleet_of_them():
         longer = fleet[5] + "-suffix"
         redact.register_secret(longer)
         assert redact.scrub(f"a {longer} b {fleet[5]} c") == f"a {redact.MASK} b {redact.MASK} c"
+        # overlapping, neither containing the other: masked as one
+        redact.register_secret("overlap-abc-def")
+        redact.register_secret("def-ghi-overlap")
+        assert redact.scrub("u:overlap-abc-def-ghi-overlap!") == f"u:{redact.MASK}!"
+        assert redact.scrub("overlap-abc-def") == redact.MASK
         redact.register_secret("ab")  # too short to mask
         assert redact.scrub("ab cd") == "ab cd"
         redact.forget_secret(fleet[1])
         assert redact.scrub(f"x {fleet[1]} {fleet[2]}") == f"x {fleet[1]} {redact.MASK}"
     finally:
-        for password in fleet + [fleet[5] + "-suffix"]:
+        for password in fleet + [fleet[5] + "-suffix", "overlap-abc-def", "def-ghi-overlap"]:
             redact.forget_secret(password)
     assert redact.scrub(f"x {fleet[2]}") == f"x {fleet[2]}"
 
