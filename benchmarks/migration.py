@@ -188,23 +188,30 @@ def cpu_run(count, max_parallel):
     return per_machine - per_fetch
 
 
-def latency_run(count, max_parallel, delay, conductors=1):
+def latency_run(count, max_parallel, delay, conductors=1, postgresql=False):
     """metalboot-server (API + conductor) with the machines' fetches served by a
     metalboot-boot-server on the same database, as a site at scale runs them;
-    ``conductors`` > 1 adds metalboot-conductor processes on that database."""
+    ``conductors`` > 1 adds metalboot-conductor processes on that database;
+    ``postgresql``: a fresh database on a PostgreSQL server (tests/pgserver.py)
+    instead of the server's SQLite file."""
     import tempfile
     workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
     console = os.path.join(workdir, "console.log")
     boot_port = free_port()
     conf = (conf_for(console, max_parallel)
             + f"[boot_server]\nhost_ip = 127.0.0.1\nport = {boot_port}\n")
-    server = MetalbootServer(extra_conf=conf, workdir=workdir,
-                             public_url=f"http://127.0.0.1:{boot_port}")
-    boot = None
+    postgres = server = boot = None
     extra = []
     try:
-        boot = BootServer(server, boot_port)
         db_url = f"sqlite:///{os.path.join(workdir, 'state', 'metalboot.sqlite')}"
+        if postgresql:
+            from tests.pgserver import PostgresServer
+            postgres = PostgresServer().start()
+            db_url = postgres.create_database()
+        server = MetalbootServer(extra_conf=conf, workdir=workdir,
+                                 public_url=f"http://127.0.0.1:{boot_port}",
+                                 database_url=db_url if postgresql else None)
+        boot = BootServer(server, boot_port)
         for n in range(1, conductors):
             extra.append(MetalbootServer(
                 extra_conf=conf, workdir=os.path.join(workdir, f"conductor{n}"),
@@ -223,11 +230,15 @@ def latency_run(count, max_parallel, delay, conductors=1):
             proc.stop()
         if boot is not None:
             boot.stop()
-        server.stop()
+        if server is not None:
+            server.stop()
+        if postgres is not None:
+            postgres.stop()
     assert m["counts"] == {"done": count}, m["counts"]
     ideal = CALLS_PER_MACHINE * delay * count / max_parallel
     table(f"Migration wall time: {count} machines, {int(delay * 1000)} ms per plugin call, "
-          f"max_parallel {max_parallel}",
+          f"max_parallel {max_parallel}, {conductors} conductor process(es) on "
+          f"{'PostgreSQL' if postgresql else 'SQLite'}",
           ["run", "wall", "ideal", "ratio", "server CPU"],
           [("metalboot", fmt(wall, " s"), fmt(ideal, " s"), fmt(wall / ideal, "x"),
             f"{fmt(cpu, ' s')} ({fmt(cpu / wall * 100, '%')} of a core)")])
@@ -248,12 +259,16 @@ def main(argv=None):
     parser.add_argument("--only", choices=["cpu", "latency"])
     parser.add_argument("--conductors", type=int, default=1,
                         help="conductor processes in the latency run (the server's, plus "
-                             "metalboot-conductor processes on its SQLite database)")
+                             "metalboot-conductor processes on its database)")
+    parser.add_argument("--postgresql", action="store_true",
+                        help="the latency run on a PostgreSQL server (Debian's binaries, "
+                             "tests/pgserver.py) instead of SQLite")
     args = parser.parse_args(argv)
     if args.only != "latency":
         cpu_run(args.machines, args.max_parallel)
     if args.only != "cpu":
-        latency_run(args.machines, args.max_parallel, args.delay, args.conductors)
+        latency_run(args.machines, args.max_parallel, args.delay, args.conductors,
+                    args.postgresql)
 
 
 if __name__ == "__main__":
