@@ -43,10 +43,12 @@ RELEASE_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
                                        _MACHINES.c.reservation == _host) \
     .values(reservation=None, reserved_at=None)
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
-              _MMT.c.activated_at, _MIGRATIONS.c.target_boot_interface,
-              _MIGRATIONS.c.state.label("migration_state"), _MIGRATIONS.c.options) \
-    .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
+              _MMT.c.activated_at) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
+# The migration's part of every job, read once per batch (not once per machine:
+# its options are JSON).
+_JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state,
+                        _MIGRATIONS.c.options).where(_MIGRATIONS.c.id == bindparam("mig"))
 _SWITCH = update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
     boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
     last_error=None, updated_at=bindparam("now"))
@@ -171,13 +173,16 @@ class StepRunner:
         """
         now = models.utcnow()
         jobs = {}
+        migration = None
         for ids in _chunks(list(machine_ids)):
             claimed = list(conn.execute(CLAIM_MANY, {"mids": ids, "host": self.host,
                                                       "now": now}).scalars())
             if not claimed:
                 continue
+            if migration is None:
+                migration = conn.execute(_JOB_MIGRATION, {"mig": migration_id}).first()
             rows = {row.machine_id: row for row in conn.execute(
-                JOBS, {"mig": migration_id, "mids": claimed})}
+                JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
             snapshots = self.services.snapshots(conn, claimed)
             idle = []
             for machine_id in claimed:
@@ -188,8 +193,8 @@ class StepRunner:
                 machine, partition = snapshots[machine_id]
                 jobs[machine_id] = Job(
                     migration_id, machine_id, row.state, row.source_boot_interface,
-                    row.target_boot_interface, row.activated_at, row.migration_state,
-                    row.options, machine, partition)
+                    migration.target_boot_interface, row.activated_at, migration.state,
+                    migration.options, machine, partition)
             if idle:
                 conn.execute(RELEASE_MANY, {"mids": idle, "host": self.host})
         return jobs
