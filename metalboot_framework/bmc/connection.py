@@ -113,14 +113,14 @@ class Connection:
     authentication error).
     """
 
-    def __init__(self, url, username, root, connector, fingerprint, slots=None):
+    def __init__(self, url, username, root, connector, fingerprint, slots):
         self.url = url
         self.username = username
         self.root = root
         self.connector = connector
         self.fingerprint = fingerprint
         self.created = time.monotonic()
-        self.slots = slots or RequestSlots(MAX_REQUESTS_PER_BMC)
+        self.slots = slots
         self.facts = {}
 
     def close(self):
@@ -183,7 +183,6 @@ class ConnectionCache:
                 conn = self._fresh(key, fingerprint)
                 if conn is not None:
                     return conn
-            with self._lock:
                 slots = self._slots.get(key)
                 if slots is None:
                     slots = self._slots[key] = RequestSlots(self.max_requests)
