@@ -217,6 +217,9 @@ def setup_metalboot(count, workers=1):
                 {"id": machine_id(i), "partition": "bench", "nics": [{"mac": mac(i)}],
                  "boot_mode": "uefi"} for i in range(start, min(count, start + 10000))],
                 timeout=300).raise_for_status()
+        # a storm against machines at rest: not beside the conductor's enrolment
+        # of 10,000 machines, which holds SQLite's write lock much of the time
+        server.wait_enrolled()
         tokens = machine_tokens(server, ids)
         paths = [f"/boot/{mid}/{IFACE}/{tokens[mid]}/boot.ipxe" for mid in ids]
         iso_url, iso_path = partition_iso(server, "bench", IFACE)

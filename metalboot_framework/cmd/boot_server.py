@@ -1,4 +1,4 @@
-"""metalboot-boot-server: the artifact server for boot storms (asyncio, aiohttp).
+"""metalboot-boot-server: the artifact server for boot storms (granian, asyncio).
 
 It serves exactly what booting machines and their BMCs call, with the same
 answers as the Flask blueprint of metalboot-server (both decide through
@@ -7,14 +7,16 @@ answers as the Flask blueprint of metalboot-server (both decide through
 - ``GET /boot/<machine>/<interface>/<token>/<name>`` (boot.ipxe and plugin
   artifacts; every fetch is boot evidence),
 - ``GET /boot/mac/<mac>/<interface>/boot.ipxe`` (evidence too),
-- ``GET /boot/partitions/<partition>/<interface>/<name>`` (ISOs, by sendfile),
+- ``GET /boot/partitions/<partition>/<interface>/<name>`` (ISOs, in ranges),
 - ``POST /v1/machines/<id>/boot-report``.
 
 Operators point ``[api] public_url`` at it, so that the URLs machines are given
 lead here; the REST API stays on metalboot-server / metalboot-api, on the same
 database. Where the time goes in a boot storm, and how it is saved:
 
-- one event loop serves every connection; database calls run in threads;
+- HTTP is granian's (Rust: hyper on tokio), embedded in the process's asyncio
+  event loop as an RSGI application: parsing and writing cost no Python; one
+  event loop runs the answers; database calls run in threads;
 - evidence is group-committed: each fetch queues its row and waits; one writer
   thread inserts all queued rows with one executemany in one transaction, then
   answers every fetch of the batch (no answered fetch without committed
@@ -41,28 +43,33 @@ import os
 import re
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
+import urllib.parse
 
-from aiohttp import HttpVersion11, web
-from multidict import CIMultiDict
+from granian.constants import HTTPModes, Interfaces, TaskImpl
+from granian.rsgi import ProtocolClosed as RSGIProtocolClosed
+from granian.server.embed import Server as EmbeddedServer
 from werkzeug import exceptions as wz_exceptions
 from werkzeug.http import http_date, is_resource_modified, parse_etags, parse_range_header
 
-from metalboot_framework import artifacts
+from metalboot_framework import artifacts, logs
 from metalboot_framework.api import spec
 from metalboot_framework.api.schemas import BootReportSchema
 from metalboot_framework.cmd import common
 from metalboot_framework.conf import CONF
 from metalboot_framework.exceptions import InvalidInput, MetalbootError, NotFound
+from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
+ACCESS_LOG = logging.getLogger(__name__ + ".access")
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # Request headers that make an artifact answer conditional (werkzeug's rules).
-_CONDITIONAL = ("Range", "If-None-Match", "If-Match", "If-Modified-Since",
-                "If-Unmodified-Since", "If-Range")
+_CONDITIONAL = ("range", "if-none-match", "if-match", "if-modified-since",
+                "if-unmodified-since", "if-range")
 _GET = ("GET", "HEAD")
 # Above this many snapshots to check, read the revisions of all machines at once.
 SCAN_FROM = 2000
@@ -223,21 +230,18 @@ class Answer:
     """An artifact as it is answered: its ETag, its :class:`OpenFile` (None for
     bytes in memory) and the headers of every 200 for it, built once."""
 
-    __slots__ = ("artifact", "opened", "etag", "headers")
+    __slots__ = ("artifact", "opened", "etag", "headers", "content_type", "last_modified")
 
     def __init__(self, artifact, name, opened=None):
         self.artifact = artifact
         self.opened = opened
         self.etag = opened.etag if opened else artifacts.content_etag(artifact.content)
-        self.headers = CIMultiDict((
-            ("Content-Disposition", artifacts.content_disposition(name)),
-            ("Content-Type", artifacts.content_type(artifact)),
-            ("ETag", f'"{self.etag}"'), ("Accept-Ranges", "bytes")))
-        if opened is None:
-            self.headers["Cache-Control"] = "no-cache, max-age=0"
-        else:
-            self.headers["Cache-Control"] = "no-cache"
-            self.headers["Last-Modified"] = http_date(int(opened.stat.st_mtime))
+        self.content_type = artifacts.content_type(artifact)
+        self.last_modified = http_date(int(opened.stat.st_mtime)) if opened else None
+        # the headers a 304 keeps too (werkzeug's rule: no entity headers)
+        self.headers = [("Content-Disposition", artifacts.content_disposition(name)),
+                        ("ETag", f'"{self.etag}"'), ("Accept-Ranges", "bytes"),
+                        ("Cache-Control", "no-cache" if opened else "no-cache, max-age=0")]
 
 
 class Snapshot:
@@ -271,7 +275,17 @@ class Snapshot:
 
 class EvidenceWriter:
     """Group commit of boot evidence: :meth:`add` queues a row and returns a
-    future that is resolved once the row is committed (with its id when asked)."""
+    future that is resolved once the row is committed (with its id when asked).
+
+    On SQLite a batch is committed on the event loop itself when the database's
+    write lock is free at that moment (a few rows cost well under a millisecond
+    there, and a hand-over to a thread and back costs more than that in a
+    storm: each way waits for the GIL), else by the writer thread, which waits
+    for the lock. The inline commits leave the WAL's checkpoints to that thread
+    (:data:`CHECKPOINT_INTERVAL`). On PostgreSQL every batch goes to the
+    thread (a commit is a round trip)."""
+
+    CHECKPOINT_INTERVAL = 1.0  # seconds between checkpoints while commits are inline
 
     def __init__(self, services, batch_size, batch_wait, log_rows=False):
         self.services = services
@@ -285,7 +299,10 @@ class EvidenceWriter:
         self._loop = asyncio.get_running_loop()  # made on the event loop
         self._idle = asyncio.Event()
         self._idle.set()
+        self._inline = services.db.is_sqlite
+        self._checkpoint_at = None  # when the WAL is to be checkpointed next
         self.batches = 0
+        self.inline_batches = 0
         self.rows = 0
 
     def add(self, row, with_id=False):
@@ -300,28 +317,56 @@ class EvidenceWriter:
 
     def _flush(self):
         self._timer = None
-        if self._busy or not self._queue:
-            return
-        batch = self._queue[:self.batch_size]
-        del self._queue[:self.batch_size]
-        self._busy = True
-        asyncio.get_running_loop().run_in_executor(
-            self._executor, self._write, [(row, with_id) for row, _, with_id in batch]
-        ).add_done_callback(functools.partial(self._written, batch))
+        while self._queue and not self._busy:
+            batch = self._queue[:self.batch_size]
+            del self._queue[:self.batch_size]
+            # one time for the batch: when it leaves the queue, at most a commit
+            # after each of its fetches (never before one)
+            now = models.utcnow()
+            rows = []
+            for row, _, with_id in batch:
+                if row["created_at"] is None:
+                    row["created_at"] = now
+                rows.append((row, with_id))
+            if self._inline:
+                try:
+                    ids = self._write(rows, nowait=True)
+                except Exception as exc:
+                    self._answer(batch, None, exc)
+                    continue
+                if ids is not None:
+                    self.inline_batches += 1
+                    self._answer(batch, ids, None)
+                    self._checkpoint_soon()
+                    continue
+            self._busy = True
+            self._loop.run_in_executor(self._executor, self._write, rows).add_done_callback(
+                functools.partial(self._written, batch))
+        if not self._queue and not self._busy and self._timer is None:
+            self._idle.set()
 
-    def _write(self, rows):
-        with self.services.db.write_conn() as conn:
+    def _write(self, rows, nowait=False):
+        """The ids of the rows asked for with them (a list); None when ``nowait``
+        and the database's write lock is taken."""
+        db = self.services.db
+        with db.write_conn_nowait() if nowait else db.write_conn() as conn:
+            if conn is None:
+                return None
             artifacts.insert_evidence(conn, [row for row, with_id in rows if not with_id])
             return artifacts.insert_evidence(
-                conn, [row for row, with_id in rows if with_id], with_ids=True)
+                conn, [row for row, with_id in rows if with_id], with_ids=True) or []
 
     def _written(self, batch, done):
         self._busy = False
         exc = done.exception()
+        self._answer(batch, None if exc is not None else done.result(), exc)
+        self._flush()  # what queued during this commit: the next batch, now
+
+    def _answer(self, batch, ids, exc):
         if exc is not None:
             LOG.error("cannot record %d boot evidence rows: %s: %s", len(batch),
                       type(exc).__name__, exc)
-        ids = iter(done.result() if exc is None else ())
+        ids = iter(ids or ())
         self.batches += 1
         self.rows += len(batch) if exc is None else 0
         for row, future, with_id in batch:
@@ -333,10 +378,22 @@ class EvidenceWriter:
                     future.set_exception(exc)
                 else:
                     future.set_result(evidence_id)
-        if self._queue:
-            self._flush()  # what queued during this commit: the next batch, now
-        elif self._timer is None:
-            self._idle.set()
+
+    def _checkpoint_soon(self):
+        """After inline commits: a checkpoint in the writer thread, at most one
+        per CHECKPOINT_INTERVAL."""
+        now = self._loop.time()
+        if self._checkpoint_at is None:
+            self._checkpoint_at = now + self.CHECKPOINT_INTERVAL
+        elif now >= self._checkpoint_at:
+            self._checkpoint_at = None
+            self._executor.submit(self._checkpoint)
+
+    def _checkpoint(self):
+        try:
+            self.services.db.checkpoint()
+        except Exception as exc:  # the next one may do; SQLite checkpoints anyway
+            LOG.warning("cannot checkpoint the database: %s: %s", type(exc).__name__, exc)
 
     def hurry(self):
         """Stop waiting for rows to join a batch (shutdown): commit what is queued."""
@@ -350,14 +407,17 @@ class EvidenceWriter:
         """Commit everything queued (SIGTERM), then stop the writer thread."""
         self.hurry()
         await self._idle.wait()
+        if self._checkpoint_at is not None:
+            self._executor.submit(self._checkpoint)
         self._executor.shutdown(wait=True)
 
 
 class OpenFile:
     """A file artifact opened once: its stat, ETag and file object.
 
-    sendfile() and pread() read at explicit offsets, so one file object serves
-    every response at once; it is closed when the last of them lets go of it."""
+    pread() reads at explicit offsets, so one file object serves every
+    response at once, with the bytes of the stat its ETag and length come
+    from; it is closed when the last of them lets go of it."""
 
     __slots__ = ("stat", "etag", "file")
 
@@ -367,53 +427,58 @@ class OpenFile:
         self.etag = artifacts.file_etag(path, self.stat)
 
 
-class _FileResponse(web.StreamResponse):
-    """Bytes [start, stop) of an :class:`OpenFile`: the headers, then the bytes.
+class Request:
+    """What the answers read of a request: granian's RSGI scope, plus the
+    client's address without its port."""
 
-    The bytes go by sendfile() straight to the socket whenever the connection's
-    write buffer is empty (no copy, no thread: the image is in the page cache
-    while machines read it); what the socket does not take then is handed to
-    the transport as bytes, which keeps the order and waits for the reader."""
+    __slots__ = ("scope", "proto", "method", "path", "headers", "remote")
 
-    CHUNK = 256 * 1024
+    def __init__(self, scope, proto):
+        self.scope = scope
+        self.proto = proto
+        self.method = scope.method
+        self.path = scope.path  # percent-decoded, as werkzeug's PATH_INFO
+        self.headers = scope.headers  # names in lower case
+        client = scope.client
+        host = client.rpartition(":")[0] if client.count(":") == 1 or \
+            client.startswith("[") else client
+        self.remote = host[1:-1] if host.startswith("[") else host
 
-    def __init__(self, opened, start, stop, status, headers):
-        super().__init__(status=status, headers=headers)
-        self.content_length = stop - start
-        self._mb_file = opened
-        self._mb_start = start
+    async def body(self, limit):
+        """The request body; RequestTooLarge past ``limit`` bytes."""
+        length = self.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise RequestTooLarge()
+        chunks, size = [], 0
+        async for chunk in self.proto:
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLarge()
+            chunks.append(chunk)
+        return b"".join(chunks)
 
-    async def prepare(self, request):
-        writer = await super().prepare(request)
-        if self.content_length and request.method != "HEAD":
-            await self._send(request.transport, writer)
-            await super().write_eof()
-        return writer
 
-    async def _send(self, transport, writer):
-        offset, count = self._mb_start, self.content_length
-        fd = self._mb_file.file.fileno()
-        while count:
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("connection lost")
-            # sendfile() bypasses the transport: only on a plain socket with
-            # nothing of ours still queued before these bytes
-            if not transport.get_write_buffer_size() and \
-                    transport.get_extra_info("sslcontext") is None:
-                try:
-                    sent = os.sendfile(transport.get_extra_info("socket").fileno(), fd,
-                                       offset, count)
-                except BlockingIOError:
-                    sent = 0
-                offset, count = offset + sent, count - sent
-                if not count:
-                    return
-            chunk = os.pread(fd, min(count, self.CHUNK), offset)
-            if not chunk:
-                raise ConnectionResetError("the file is shorter than it was")
-            transport.write(chunk)
-            offset, count = offset + len(chunk), count - len(chunk)
-            await writer.drain()
+class RequestTooLarge(Exception):
+    """A request body larger than ``[api] max_request_body_size``."""
+
+
+class Reply:
+    """An answer to send: status, headers, and bytes in memory or the span
+    [start, stop) of an :class:`OpenFile`."""
+
+    __slots__ = ("status", "headers", "body", "opened", "start", "stop")
+
+    def __init__(self, status, headers, body=b"", opened=None, start=0, stop=0):
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.opened = opened
+        self.start = start
+        self.stop = stop
+
+    @property
+    def length(self):
+        return self.stop - self.start if self.opened is not None else len(self.body)
 
 
 class _Conditional(Exception):
@@ -440,8 +505,9 @@ def _conditional(request, etag, length, last_modified=None):
     headers = request.headers
     environ = {"REQUEST_METHOD": request.method}
     for name in _CONDITIONAL:
-        if name in headers:
-            environ["HTTP_" + name.upper().replace("-", "_")] = headers[name]
+        value = headers.get(name)
+        if value is not None:
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
     if "HTTP_RANGE" in environ and length and (
             "HTTP_IF_RANGE" not in environ or not is_resource_modified(
                 environ, etag, None, last_modified, ignore_if_range=False)):
@@ -457,7 +523,7 @@ def _conditional(request, etag, length, last_modified=None):
 
 
 class BootServer:
-    """The aiohttp application and what it keeps between requests."""
+    """The RSGI application and what it keeps between requests."""
 
     def __init__(self, services, opts, max_body_size):
         self.services = services
@@ -559,7 +625,7 @@ class BootServer:
 
     # -- answers ---------------------------------------------------------------------
     def _request_id(self, request):
-        given = request.headers.get("X-Request-Id")
+        given = request.headers.get("x-request-id")
         if given and _REQUEST_ID.match(given):
             return given
         # unique like the API's random ids, without a system call per request
@@ -567,10 +633,10 @@ class BootServer:
 
     def _json(self, request, status, document, headers=None, request_id=None):
         body = (json.dumps(document, separators=(",", ":")) + "\n").encode()
-        out = {"Content-Type": "application/json",
-               "X-Request-Id": request_id or self._request_id(request)}
-        out.update(headers or {})
-        return web.Response(status=status, body=body, headers=out)
+        out = [("Content-Type", "application/json"),
+               ("X-Request-Id", request_id or self._request_id(request))]
+        out.extend(headers or ())
+        return Reply(status, out, body)
 
     def _error(self, request, code, message, fields=None, headers=None, request_id=None):
         return self._json(request, code, {"error": {"code": code, "message": message,
@@ -578,7 +644,8 @@ class BootServer:
                           request_id)
 
     def _metalboot_error(self, request, exc):
-        headers = {"WWW-Authenticate": 'Bearer realm="metalboot"'} if exc.code == 401 else None
+        headers = [("WWW-Authenticate", 'Bearer realm="metalboot"')] if exc.code == 401 \
+            else None
         return self._error(request, exc.code, exc.message, exc.fields, headers)
 
     def _now_date(self):
@@ -590,31 +657,32 @@ class BootServer:
     def _artifact_response(self, request, answer):
         """Headers and conditional handling as Flask's send_file gives them."""
         headers = answer.headers.copy()
-        headers["X-Request-Id"] = self._request_id(request)
+        headers.append(("X-Request-Id", self._request_id(request)))
         opened = answer.opened
         if opened is None:
-            headers["Expires"] = self._now_date()
-            length, mtime = len(answer.artifact.content), None
+            headers.append(("Expires", self._now_date()))
+            length = len(answer.artifact.content)
         else:
-            length, mtime = opened.stat.st_size, headers["Last-Modified"]
+            length = opened.stat.st_size
         span = None
         if _conditional_headers(request):
             try:
-                span = _conditional(request, answer.etag, length, mtime)
+                span = _conditional(request, answer.etag, length, answer.last_modified)
             except _Conditional as conditional:
                 # no entity headers but Expires on a 304 (werkzeug's rule)
-                del headers["Content-Type"]
-                headers.popall("Last-Modified", None)
-                return web.Response(status=conditional.status, headers=headers)
+                return Reply(conditional.status, headers)
+        headers.append(("Content-Type", answer.content_type))
+        if answer.last_modified is not None:
+            headers.append(("Last-Modified", answer.last_modified))
+        start, stop = (0, length) if span is None else span[:2]
+        status = 200
         if span is not None:
-            headers["Content-Range"] = span[2]
+            headers.append(("Content-Range", span[2]))
+            status = 206
         if opened is not None:
-            start, stop = span[:2] if span is not None else (0, length)
-            return _FileResponse(opened, start, stop, 200 if span is None else 206, headers)
-        if span is None:
-            return web.Response(body=answer.artifact.content, headers=headers)
-        return web.Response(status=206, body=answer.artifact.content[span[0]:span[1]],
-                            headers=headers)
+            return Reply(status, headers, opened=opened, start=start, stop=stop)
+        content = answer.artifact.content
+        return Reply(status, headers, content if span is None else content[start:stop])
 
     async def _answer(self, request, snapshot, interface, token, name):
         """Check access, choose the artifact, record the fetch, then answer."""
@@ -635,29 +703,72 @@ class BootServer:
         except wz_exceptions.HTTPException as exc:
             return self._error(request, exc.code, exc.description)
         await self.evidence.add(artifacts.fetch_evidence(
-            machine.id, interface, name, request.remote, request.headers.get("Range")))
+            machine.id, interface, name, request.remote, request.headers.get("range"),
+            timed=False))
         return response
 
-    # -- routes ------------------------------------------------------------------------
-    async def handle(self, request):
-        """Every request. The routes aiohttp's router had, matched the same way (on
-        the path with %2F and %25 still encoded, in segments of ``[^{}/]+``) but
-        by splitting the path once, and with no router or middleware per request:
-        GET/HEAD /boot/<a>/<b>/<c>/<d>, POST /v1/machines/<id>/boot-report and,
-        for any other path and method, the API's 404."""
-        path = request.rel_url.path_safe
-        if path[:1] != "/" or "\n" in path:
-            raise web.HTTPNotFound()  # not even the catch-all route matched this
-        if request.headers.get("Expect"):
-            await _expect(request)
-        if "\x00" in path:
-            return self._error(request, 404, "not found: the path contains a NUL character")
-        parts = path.split("/")
-        # aiohttp's path variables are ``[^{}/]+``: no empty segment, no brace
-        variables = "" not in parts[1:] and "{" not in path and "}" not in path
+    # -- the RSGI application ---------------------------------------------------------
+    async def __rsgi__(self, scope, proto):
+        """Every request: answered by :meth:`handle`, then sent (and logged)."""
+        request = Request(scope, proto)
+        reply = await self.handle(request)
         try:
+            await self._send(request, reply)
+        except (ConnectionError, RSGIProtocolClosed):
+            pass  # the client went away; its evidence (if any) is committed
+        if self.opts.access_log:
+            path = logs.redact(request.path + (f"?{scope.query_string}"
+                                               if scope.query_string else ""))
+            ACCESS_LOG.info("%s %s %s %d %d", request.remote, request.method, path,
+                            reply.status, reply.length,
+                            extra={"http_method": request.method, "path": path,
+                                   "status": reply.status, "remote_addr": request.remote})
+
+    async def _send(self, request, reply):
+        """The reply's headers and bytes; a file span in chunks read by pread()
+        (the stream waits for the client at each chunk); no bytes to a HEAD."""
+        proto = request.proto
+        headers = reply.headers
+        if reply.status != 304:
+            headers.append(("Content-Length", str(reply.length)))
+        head = request.method == "HEAD"
+        if reply.opened is None or head or not reply.length:
+            proto.response_bytes(reply.status, headers, b"" if head else reply.body)
+            return
+        fd = reply.opened.file.fileno()
+        offset, count = reply.start, reply.length
+        if count <= self.FILE_CHUNK:  # one read, one send (a machine's 256 KiB range)
+            proto.response_bytes(reply.status, headers, os.pread(fd, count, offset))
+            return
+        stream = proto.response_stream(reply.status, headers)
+        while count:
+            chunk = os.pread(fd, min(count, self.FILE_CHUNK), offset)
+            if not chunk:
+                raise ConnectionResetError("the file is shorter than it was")
+            await stream.send_bytes(chunk)
+            offset, count = offset + len(chunk), count - len(chunk)
+
+    FILE_CHUNK = 256 * 1024
+
+    async def handle(self, request):
+        """The routes of the Flask blueprint, matched on the percent-decoded path
+        in segments without braces, by splitting it once: GET/HEAD
+        /boot/<a>/<b>/<c>/<d>, POST /v1/machines/<id>/boot-report and, for any
+        other path and method, the API's 404."""
+        path = request.path
+        try:
+            expect = request.headers.get("expect")
+            if expect is not None and expect.lower() != "100-continue" and \
+                    request.scope.http_version == "1.1":
+                return self._error(request, 417, f"unknown Expect: {expect}")
+            if "\x00" in path:
+                return self._error(request, 404,
+                                   "not found: the path contains a NUL character")
+            parts = path.split("/")
+            # path variables are ``[^{}/]+``: no empty segment, no brace
+            variables = "" not in parts[1:] and "{" not in path and "}" not in path
             if len(parts) == 6 and parts[1] == "boot" and request.method in _GET and variables:
-                first, second, third, name = map(_unquote, parts[2:])
+                first, second, third, name = parts[2:]
                 # fixed segments first, as Flask's rules rank them
                 if first == "mac" and name == artifacts.SCRIPT_NAME:
                     return await self.script_by_mac(request, second, third)
@@ -666,10 +777,8 @@ class BootServer:
                 return await self.machine_artifact(request, first, second, third, name)
             if len(parts) == 5 and parts[1] == "v1" and parts[2] == "machines" \
                     and parts[4] == "boot-report" and request.method == "POST" and variables:
-                return await self.boot_report(request, _unquote(parts[3]))
+                return await self.boot_report(request, parts[3])
             return self._error(request, 404, wz_exceptions.NotFound.description)
-        except web.HTTPException:
-            raise
         except Exception:
             request_id = self._request_id(request)
             LOG.exception("request %s failed unexpectedly", request_id)
@@ -704,12 +813,14 @@ class BootServer:
     async def boot_report(self, request, machine_id):
         try:
             # the checks, messages and order of the API's @endpoint(body=...)
-            mimetype = request.content_type if "Content-Type" in request.headers else ""
+            content_type = request.headers.get("content-type")
+            mimetype = content_type.split(";", 1)[0].strip().lower() \
+                if content_type is not None else ""
             if mimetype != "application/json":
                 raise spec.UnsupportedMediaType(
                     f"the body must be application/json, not {mimetype or 'absent'}")
             try:
-                data = json.loads(await request.read())
+                data = json.loads(await request.body(self.max_body_size))
             except ValueError:
                 data = None
             if data is None:
@@ -719,21 +830,24 @@ class BootServer:
                 raise InvalidInput("the body must be a JSON object",
                                    fields={"_schema": ["must be an object"]})
             body = spec._load(BootReportSchema(), data, "body")
-            if request.query:
-                unknown = sorted(request.query)
+            query = urllib.parse.parse_qsl(request.scope.query_string,
+                                           keep_blank_values=True)
+            if query:
+                unknown = sorted({k for k, _ in query})
                 raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)}",
                                    fields={k: ["Unknown field."] for k in unknown})
-            token = artifacts.bearer_token(request.headers.get("Authorization")) \
+            token = artifacts.bearer_token(request.headers.get("authorization")) \
                 or body.get("token")
             await asyncio.get_running_loop().run_in_executor(
                 self.reads, self._check_report, machine_id, token, body["boot_interface"])
         except MetalbootError as exc:
             return self._metalboot_error(request, exc)
-        except web.HTTPRequestEntityTooLarge:
+        except RequestTooLarge:
             return self._error(request, 413, "the request body is larger than [api] "
                                              "max_request_body_size allows")
         evidence_id = await self.evidence.add(
-            artifacts.report_evidence(machine_id, body, request.remote), with_id=True)
+            artifacts.report_evidence(machine_id, body, request.remote, timed=False),
+            with_id=True)
         return self._json(request, 201, {"machine_id": machine_id, "evidence_id": evidence_id})
 
     def _check_report(self, machine_id, token, boot_interface):
@@ -749,69 +863,64 @@ class BootServer:
     async def stop(self):
         await self.snapshots.stop()
         await self.evidence.close()
-        LOG.info("boot evidence committed: %d rows in %d transactions",
-                 self.evidence.rows, self.evidence.batches)
+        LOG.info("boot evidence committed: %d rows in %d transactions (%d of them on "
+                 "the event loop)", self.evidence.rows, self.evidence.batches,
+                 self.evidence.inline_batches)
         LOG.info("machine snapshots: %d read from the database, %d kept after their "
                  "revisions were checked", self.snapshots_read, self.snapshots_kept)
         self.reads.shutdown(wait=True)
 
-    def make_request(self, message, payload, protocol, writer, task):
-        return web.BaseRequest(message, payload, protocol, writer, task,
-                               asyncio.get_running_loop(), client_max_size=self.max_body_size)
+
+class _HTTPServer(EmbeddedServer):
+    """granian's embedded server on our event loop; :attr:`started` is set once
+    its worker serves (or its start failed: :attr:`failure`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.started = asyncio.Event()
+        self.failure = None
+
+    def startup(self, spawn_target, target_loader):
+        try:
+            super().startup(spawn_target, target_loader)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        finally:
+            self.started.set()
 
 
-class _Runner(web.ServerRunner):
-    """aiohttp's low-level server (no router, no middleware: :meth:`BootServer.handle`
-    dispatches) with the shutdown steps the evidence writer needs."""
-
-    def __init__(self, server):
-        super().__init__(web.Server(server.handle, request_factory=server.make_request,
-                                    access_log=LOG if server.opts.access_log else None),
-                         shutdown_timeout=server.opts.shutdown_timeout)
-        self.boot_server = server
-
-    async def shutdown(self):
-        # listeners closed, requests in progress not waited for yet: their
-        # evidence is committed at once instead of after ``evidence_batch_wait``
-        self.boot_server.evidence.hurry()
-
-    async def _cleanup_server(self):
-        await self.boot_server.stop()  # the requests are done: flush, stop threads
+def _check_port(host, port):
+    """Fail unless nothing listens on (host, port): granian's sockets share a
+    port with SO_REUSEPORT, so a second boot server would split the traffic
+    with the first instead of failing."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            common.fail(f"cannot listen on {host}:{port}: {exc.strerror}")
 
 
-def _unquote(segment):
-    """A path variable as aiohttp's router gives it (%2F and %25 decoded last)."""
-    if "%" not in segment:
-        return segment
-    return segment.replace("%2F", "/").replace("%25", "%")
-
-
-async def _expect(request):
-    """aiohttp's answer to ``Expect:`` (its default expect handler)."""
-    expect = request.headers["Expect"]
-    if request.version != HttpVersion11:
-        return
-    if expect.lower() != "100-continue":
-        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    request.writer.output_size = 0  # the body has not started
-    await request.writer.drain()
-
-
-async def serve(services, opts, max_body_size, reuse_port=False):
+async def serve(services, opts, max_body_size):
     """Serve until SIGTERM or SIGINT; then finish the requests in progress and
     commit their evidence."""
     server = BootServer(services, opts, max_body_size)
     await server.start()
-    runner = _Runner(server)
-    await runner.setup()
+    http = _HTTPServer(server, address=opts.host_ip, port=opts.port,
+                       interface=Interfaces.RSGI, websockets=False, backlog=opts.backlog,
+                       http=HTTPModes.http1, log_enabled=False,
+                       task_impl=TaskImpl(opts.task_impl))
+    # the requests in progress at a stop get this long (then they are cancelled)
+    http.workers_kill_timeout = opts.shutdown_timeout or None
+    serving = asyncio.ensure_future(http.serve())
     try:
-        site = web.TCPSite(runner, opts.host_ip, opts.port, backlog=opts.backlog,
-                           reuse_port=reuse_port or None)
-        try:
-            await site.start()
-        except OSError as exc:
-            common.fail(f"cannot listen on {opts.host_ip}:{opts.port}: {exc.strerror}")
+        await asyncio.wait([serving, asyncio.ensure_future(http.started.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if http.failure is not None or serving.done():
+            common.fail(f"cannot listen on {opts.host_ip}:{opts.port}: "
+                        f"{http.failure or serving.exception()}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         received = []
@@ -823,19 +932,31 @@ async def serve(services, opts, max_body_size, reuse_port=False):
                  ", ".join(services.interfaces.names()), services.public_url)
         await stop.wait()
         LOG.info("received %s, shutting down", signal.Signals(received[0]).name)
+        # requests waiting for a batch to fill commit their evidence now
+        server.evidence.hurry()
     finally:
-        await runner.cleanup()  # in-flight requests finish; evidence is flushed
+        if not serving.done():
+            http.stop()  # stop accepting; the requests in progress are answered
+            await asyncio.gather(serving, return_exceptions=True)
+        await server.stop()  # the requests are done: flush, stop threads
 
 
-def _serve_process(reuse_port):
+def _serve_process():
     from metalboot_framework.cmd.server import load_services
     services = load_services()
     gc.collect()
     gc.freeze()  # what is loaded now lives as long as the process
+    # not asyncio.run(): its final sweep of tasks (asyncio.all_tasks) stumbles on
+    # the requests granian's Rust task implementation steps (they are not asyncio
+    # tasks); every request is done by the time serve() returns
+    loop = asyncio.new_event_loop()
     try:
-        asyncio.run(serve(services, CONF.boot_server, CONF.api.max_request_body_size,
-                          reuse_port=reuse_port))
+        loop.run_until_complete(serve(services, CONF.boot_server,
+                                      CONF.api.max_request_body_size))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
     finally:
+        loop.close()
         services.db.dispose()
         LOG.info("metalboot-boot-server stopped")
 
@@ -857,7 +978,7 @@ def _serve_workers(count):
                 # signals): nothing is queued yet, so that is a clean exit
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(signum, _exit_while_starting)
-                _serve_process(reuse_port=True)
+                _serve_process()
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
@@ -892,9 +1013,10 @@ def main(argv=None):
                       "Serve boot artifacts and boot reports to booting machines.")
     common.setup_logging(CONF.debug)
     workers = CONF.boot_server.workers or len(os.sched_getaffinity(0))
+    _check_port(CONF.boot_server.host_ip, CONF.boot_server.port)
     if workers > 1:
         return _serve_workers(workers)
-    _serve_process(reuse_port=False)
+    _serve_process()
     return 0
 
 

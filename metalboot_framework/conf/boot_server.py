@@ -1,4 +1,4 @@
-"""[boot_server]: metalboot-boot-server, the asyncio artifact server for boot storms.
+"""[boot_server]: metalboot-boot-server, the artifact server for boot storms (granian).
 
 It serves only what booting machines call (boot.ipxe and other per-machine
 artifacts, boot.ipxe by MAC, partition ISOs, boot reports) from the same
@@ -48,6 +48,13 @@ opts = [
     cfg.FloatOpt("shutdown_timeout", default=10.0, min=0,
                  help="Seconds given to requests in progress at SIGTERM/SIGINT; queued "
                       "evidence is committed before the process exits."),
+    cfg.StrOpt("task_impl", default="rust", choices=[
+                   ("rust", "granian steps each request's coroutine from Rust: about "
+                            "30% more requests per second in a boot storm. granian marks "
+                            "it experimental, and uses asyncio on Python 3.12 and later."),
+                   ("asyncio", "each request is an asyncio task.")],
+               help="How the HTTP server (granian, embedded in the process's event "
+                    "loop) runs the coroutine of each request."),
     cfg.BoolOpt("access_log", default=False,
                 help="Log one INFO line per request and per evidence row (costly "
                      "during a boot storm)."),

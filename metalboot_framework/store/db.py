@@ -30,6 +30,7 @@ from sqlalchemy.orm import sessionmaker
 LOG = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+BUSY_TIMEOUT_MS = 60000  # SQLite: how long a writer waits for the write lock
 
 
 class Database:
@@ -71,7 +72,7 @@ class Database:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             cur.close()
 
         @sa_event.listens_for(engine, "begin")
@@ -141,6 +142,60 @@ class Database:
         session's bookkeeping costs more than the statements."""
         with self._writer(), self.write_engine.begin() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def write_conn_nowait(self):
+        """SQLite: a Core connection in a write transaction if the write lock is
+        free at this moment, else None -- for an event loop, which must not wait.
+
+        Neither its BEGIN nor its commit waits: the busy timeout is 0 for it (a
+        writer outside our lock that holds SQLite's lock also gives None), and
+        its commit does not checkpoint the WAL (an automatic checkpoint writes
+        and syncs the database file in the committing thread): call
+        :meth:`checkpoint` in a thread now and then. None on PostgreSQL."""
+        if not self.is_sqlite or not self._write_lock.acquire(blocking=False):
+            yield None
+            return
+        locked = None
+        try:
+            lock = self._process_lock()
+            if lock is not None:
+                try:
+                    fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locked = lock
+                except OSError:  # another process writes (or no lock: wait elsewhere)
+                    yield None
+                    return
+            with self.write_engine.connect() as conn:
+                raw = conn.connection.driver_connection
+                raw.execute("PRAGMA busy_timeout=0")
+                raw.execute("PRAGMA wal_autocheckpoint=0")
+                try:
+                    try:
+                        transaction = conn.begin()
+                    except sqlalchemy.exc.OperationalError:  # locked outside our lock
+                        transaction = None
+                    if transaction is None:
+                        yield None
+                    else:
+                        with transaction:
+                            yield conn
+                finally:
+                    raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                    raw.execute("PRAGMA wal_autocheckpoint=1000")
+        finally:
+            if locked is not None:
+                fcntl.lockf(locked, fcntl.LOCK_UN)
+            self._write_lock.release()
+
+    def checkpoint(self):
+        """SQLite: copy the WAL into the database without blocking any writer
+        (a PASSIVE checkpoint); what :meth:`write_conn_nowait` leaves undone."""
+        if self.is_sqlite:
+            with self.write_engine.connect() as conn:
+                # the driver's own: outside a transaction, which SQLAlchemy's
+                # would begin (a checkpoint cannot run in one)
+                conn.connection.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     @contextlib.contextmanager
     def read_conn(self):

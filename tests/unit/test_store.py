@@ -117,6 +117,65 @@ def test_sqlite_write_transactions_hold_the_process_write_lock(tmp_path):
         db.dispose()
 
 
+def test_nowait_write_never_waits_and_leaves_no_pragma_behind(tmp_path):
+    """write_conn_nowait (the boot server's evidence on its event loop): None
+    while another process holds the write lock or a thread of this one writes;
+    a write transaction otherwise, whose connection gets its busy timeout and
+    automatic checkpoints back afterwards."""
+    import subprocess
+    import sys
+    import threading
+
+    db = Database(f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n",
+         f"{tmp_path}/m.sqlite.write-lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    insert = models.Partition.__table__.insert()
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with db.write_conn_nowait() as conn:
+            assert conn is None
+        holder.stdin.close()
+        holder.wait(10)
+        inside, release = threading.Event(), threading.Event()
+
+        def thread_writer():
+            with db.write_conn() as conn:
+                conn.execute(insert, {"id": "by-thread"})
+                inside.set()
+                release.wait(10)
+
+        writer = threading.Thread(target=thread_writer)
+        writer.start()
+        assert inside.wait(10)
+        with db.write_conn_nowait() as conn:
+            assert conn is None
+        release.set()
+        writer.join(10)
+        for n in range(3):
+            with db.write_conn_nowait() as conn:
+                assert conn is not None
+                assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 0
+                assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+                conn.execute(insert, {"id": f"inline-{n}"})
+        for _ in range(3):  # every pooled connection: the usual settings again
+            with db.write_conn() as conn:
+                assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 60000
+                assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
+        with db.read_conn() as conn:
+            assert sorted(conn.exec_driver_sql("SELECT id FROM partitions").scalars()) == \
+                ["by-thread", "inline-0", "inline-1", "inline-2"]
+        db.checkpoint()  # outside a transaction (in one, SQLite refuses it)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        db.dispose()
+
+
 def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
     """Downgrades that drop machine columns must not copy the machines table:
     on SQLite dropping the old copy deleted every NIC (ON DELETE CASCADE)."""
@@ -138,6 +197,46 @@ def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
         db.upgrade()
         with db.read_conn() as conn:
             assert conn.exec_driver_sql("SELECT revision FROM machines").scalar() == 1
+    finally:
+        db.dispose()
+
+
+def test_evidence_batches_are_the_rows_single_inserts_write(tmp_path, database_url,
+                                                           monkeypatch):
+    """A boot server's evidence batch (on SQLite: multi-row INSERTs of the
+    driver, split every SQLITE_ROWS_PER_INSERT rows) stores each row exactly as
+    one INSERT of SQLAlchemy stores it: JSON null and objects, microsecond
+    timestamps, no address, in the batch's order. Also on PostgreSQL."""
+    import datetime
+
+    from metalboot_framework import artifacts
+
+    monkeypatch.setattr(artifacts, "SQLITE_ROWS_PER_INSERT", 3)
+    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    times = iter([datetime.datetime(2026, 12, 1, 1, 0, 0),  # no microseconds: stored with
+                  datetime.datetime(2026, 12, 1, 1, 0, 0, 123456)] * 20)
+    monkeypatch.setattr(models, "utcnow", lambda: next(times))
+    rows = [artifacts.fetch_evidence(f"m{n}", "fake", "boot.ipxe", "10.0.0.%d" % n,
+                                     "bytes=0-5" if n % 2 else None) for n in range(7)]
+    rows.append(artifacts.report_evidence("m7", {"boot_interface": "fake",
+                                                 "message": "up \u2713"}, None))
+    columns = "machine_id, interface, kind, path, client_address, data, created_at"
+    try:
+        with db.write_conn() as conn:  # the reference: one SQLAlchemy INSERT per row
+            for row in rows:
+                conn.execute(models.BootEvidence.__table__.insert(), row)
+        with db.write_conn() as conn:
+            artifacts.insert_evidence(conn, rows)
+        with db.read_conn() as conn:
+            stored = [tuple(r) for r in conn.exec_driver_sql(
+                f"SELECT {columns} FROM boot_evidence ORDER BY id")]
+            typed = conn.execute(sqlalchemy.select(models.BootEvidence.__table__)
+                                 .order_by(models.BootEvidence.id)).all()
+        assert len(stored) == 2 * len(rows)
+        assert stored[len(rows):] == stored[:len(rows)]
+        assert [(r.machine_id, r.data, r.created_at) for r in typed[len(rows):]] == \
+            [(r["machine_id"], r["data"], r["created_at"]) for r in rows]
     finally:
         db.dispose()
 
