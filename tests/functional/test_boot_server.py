@@ -624,3 +624,50 @@ def test_cancelled_waiter_leaves_the_others_their_value():
             assert await cache.get(1) == 2
 
     asyncio.run(scenario())
+
+
+def test_boot_report_body_too_large(boot_pair):
+    """A boot report larger than [api] max_request_body_size is 413 whether its
+    length is declared or it comes chunked, as from the Flask endpoint; the
+    connection still answers the next request when the body was declared."""
+    api, boot = boot_pair(extra="[api]\nmax_request_body_size = 2048\n")
+    ids = register(api, 1)
+    token = signer_of(api).machine_token(ids[0], 1)
+    url = f"/v1/machines/{ids[0]}/boot-report"
+    big = b'{"boot_interface": "fake", "message": "' + b"x" * 4096 + b'"}'
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    for server in (api, boot):
+        r = requests.post(server.url + url, data=big, headers=headers, timeout=30)
+        assert r.status_code == 413, (server.url, r.text)
+        r = requests.post(server.url + url, data=iter([big[:1000], big[1000:]]),
+                          headers=headers, timeout=30)  # chunked: no length up front
+        assert r.status_code == 413, (server.url, r.text)
+    assert "max_request_body_size" in r.json()["error"]["message"]
+    small = b'{"boot_interface": "fake", "message": "up"}'
+    answers = _responses(_raw(boot.url, (
+        f"POST {url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(big)}\r\n\r\n").encode()
+        + big + (f"POST {url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(small)}\r\n"
+                 "Connection: close\r\n\r\n").encode() + small))
+    assert [s for s, _, _ in answers] == [413, 201]
+    assert [e.kind for e in evidence(api)] == ["report"]
+
+
+def test_access_log_masks_tokens(boot_pair):
+    """[boot_server] access_log: one line per request (client, method, path,
+    status, length) with the machine's token masked, and one per evidence row."""
+    api, boot = boot_pair(extra="access_log = true\n")
+    ids = register(api, 1)
+    token = signer_of(api).machine_token(ids[0], 1)
+    r = requests.get(f"{boot.url}/boot/{ids[0]}/fake/{token}/boot.ipxe", timeout=30)
+    assert r.status_code == 200
+    assert requests.get(f"{boot.url}/nope?x=1", timeout=30).status_code == 404
+    assert boot.stop() == 0
+    log = boot.log()
+    assert token not in log
+    assert re.search(rf"127\.0\.0\.1 GET /boot/{ids[0]}/fake/\S+/boot\.ipxe 200 "
+                     rf"{len(r.content)}", log), log
+    assert re.search(r"127\.0\.0\.1 GET /nope\?x=1 404 \d+", log), log
+    assert re.search(rf"boot evidence \S+: machine {ids[0]} fetch boot.ipxe via fake", log), \
+        [line for line in log.splitlines() if "evidence" in line]
