@@ -17,10 +17,12 @@ database. Where the time goes in a boot storm, and how it is saved:
 - HTTP is granian's (Rust: hyper on tokio), embedded in the process's asyncio
   event loop as an RSGI application: parsing and writing cost no Python; one
   event loop runs the answers; database calls run in threads;
-- evidence is group-committed: each fetch queues its row and waits; one writer
-  thread inserts all queued rows with one executemany in one transaction, then
-  answers every fetch of the batch (no answered fetch without committed
-  evidence; rows that queue during a commit form the next batch);
+- evidence is group-committed: each fetch queues its row and waits; the rows
+  queued are inserted by one transaction (on SQLite as multi-row INSERTs, on
+  the event loop when the write lock is free at once, else by the writer
+  thread), then every fetch of the batch is answered (no answered fetch
+  without committed evidence; rows that queue during a commit form the next
+  batch);
 - what a fetch reads (machine, NICs, partition, the rendered boot.ipxe; MAC
   lookups; partition artifacts) is cached for ``[boot_server] cache_ttl``
   seconds, and concurrent misses are loaded by one query. A token rotation or
@@ -50,6 +52,7 @@ import time
 import urllib.parse
 
 from granian.constants import HTTPModes, Interfaces, TaskImpl
+from granian.log import LogLevels
 from granian.rsgi import ProtocolClosed as RSGIProtocolClosed
 from granian.server.embed import Server as EmbeddedServer
 from werkzeug import exceptions as wz_exceptions
@@ -339,9 +342,9 @@ class EvidenceWriter:
                     self._answer(batch, ids, None)
                     self._checkpoint_soon()
                     continue
-            self._busy = True
             self._loop.run_in_executor(self._executor, self._write, rows).add_done_callback(
                 functools.partial(self._written, batch))
+            self._busy = True
         if not self._queue and not self._busy and self._timer is None:
             self._idle.set()
 
@@ -460,6 +463,14 @@ class Request:
 
 class RequestTooLarge(Exception):
     """A request body larger than ``[api] max_request_body_size``."""
+
+
+class _ShortFile(Exception):
+    """A file artifact that gave fewer bytes than its stat promised."""
+
+    def __init__(self, opened, offset, count, got):
+        super().__init__(f"{opened.file.name}: {got} bytes at offset {offset} instead of "
+                         f"{count}: the file changed since it was opened")
 
 
 class Reply:
@@ -710,12 +721,22 @@ class BootServer:
     # -- the RSGI application ---------------------------------------------------------
     async def __rsgi__(self, scope, proto):
         """Every request: answered by :meth:`handle`, then sent (and logged)."""
-        request = Request(scope, proto)
-        reply = await self.handle(request)
         try:
-            await self._send(request, reply)
-        except (ConnectionError, RSGIProtocolClosed):
-            pass  # the client went away; its evidence (if any) is committed
+            request = Request(scope, proto)
+            reply = await self.handle(request)
+            try:
+                await self._send(request, reply)
+            except (ConnectionError, RSGIProtocolClosed):
+                pass  # the client went away; its evidence (if any) is committed
+            except _ShortFile as exc:  # nothing was sent yet
+                request_id = self._request_id(request)
+                LOG.error("request %s: %s", request_id, exc)
+                reply = self._error(request, 500, "internal error; see the server log for "
+                                                  f"request {request_id}", request_id=request_id)
+                await self._send(request, reply)
+        except Exception:  # what granian would answer 500 without a word in our log
+            LOG.exception("request %s %s failed unexpectedly", scope.method, scope.path)
+            raise
         if self.opts.access_log:
             path = logs.redact(request.path + (f"?{scope.query_string}"
                                                if scope.query_string else ""))
@@ -726,7 +747,10 @@ class BootServer:
 
     async def _send(self, request, reply):
         """The reply's headers and bytes; a file span in chunks read by pread()
-        (the stream waits for the client at each chunk); no bytes to a HEAD."""
+        (the stream waits for the client at each chunk); no bytes to a HEAD.
+        A file shorter than its stat said (changed on disk since it was
+        opened) raises _ShortFile before anything is sent, else ends the
+        connection short of the length announced."""
         proto = request.proto
         headers = reply.headers
         if reply.status != 304:
@@ -738,7 +762,10 @@ class BootServer:
         fd = reply.opened.file.fileno()
         offset, count = reply.start, reply.length
         if count <= self.FILE_CHUNK:  # one read, one send (a machine's 256 KiB range)
-            proto.response_bytes(reply.status, headers, os.pread(fd, count, offset))
+            data = os.pread(fd, count, offset)
+            if len(data) != count:
+                raise _ShortFile(reply.opened, offset, count, len(data))
+            proto.response_bytes(reply.status, headers, data)
             return
         stream = proto.response_stream(reply.status, headers)
         while count:
@@ -890,34 +917,47 @@ class _HTTPServer(EmbeddedServer):
             self.started.set()
 
 
-def _check_port(host, port):
-    """Fail unless nothing listens on (host, port): granian's sockets share a
-    port with SO_REUSEPORT, so a second boot server would split the traffic
-    with the first instead of failing."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
+def _listen_address(host, port):
+    """``host`` (an address or a name) as the IP address granian listens on;
+    fails unless nothing listens on that address and port yet: granian's
+    sockets share a port with SO_REUSEPORT, so a second boot server would
+    split the traffic with the first instead of failing."""
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except OSError as exc:
+        common.fail(f"cannot listen on {host}:{port}: {exc.strerror}")
+    with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host, port))
+            probe.bind(sockaddr)
         except OSError as exc:
             common.fail(f"cannot listen on {host}:{port}: {exc.strerror}")
+    return sockaddr[0]
 
 
-async def serve(services, opts, max_body_size):
+async def serve(services, opts, max_body_size, address=None):
     """Serve until SIGTERM or SIGINT; then finish the requests in progress and
-    commit their evidence."""
+    commit their evidence. ``address``: ``opts.host_ip`` resolved (granian
+    takes an IP address only)."""
+    address = address or opts.host_ip
     server = BootServer(services, opts, max_body_size)
     await server.start()
-    http = _HTTPServer(server, address=opts.host_ip, port=opts.port,
+    http = _HTTPServer(server, address=address, port=opts.port,
                        interface=Interfaces.RSGI, websockets=False, backlog=opts.backlog,
-                       http=HTTPModes.http1, log_enabled=False,
-                       task_impl=TaskImpl(opts.task_impl))
-    # the requests in progress at a stop get this long (then they are cancelled)
-    http.workers_kill_timeout = opts.shutdown_timeout or None
+                       http=HTTPModes.http1, task_impl=TaskImpl(opts.task_impl),
+                       # granian's errors (not its notices) through our handlers;
+                       # incremental: the handlers in place are left alone
+                       log_level=LogLevels.error, log_dictconfig={
+                           "incremental": True, "formatters": {}, "handlers": {},
+                           "loggers": {}})
+    # the requests in progress at a stop get this long, then the server stops
+    # waiting for them (granian cannot cancel them: they are answered meanwhile)
+    http.workers_kill_timeout = max(opts.shutdown_timeout, 0.001)
     serving = asyncio.ensure_future(http.serve())
+    started = asyncio.ensure_future(http.started.wait())
     try:
-        await asyncio.wait([serving, asyncio.ensure_future(http.started.wait())],
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([serving, started], return_when=asyncio.FIRST_COMPLETED)
         if http.failure is not None or serving.done():
             common.fail(f"cannot listen on {opts.host_ip}:{opts.port}: "
                         f"{http.failure or serving.exception()}")
@@ -930,18 +970,28 @@ async def serve(services, opts, max_body_size):
         LOG.info("metalboot-boot-server listening on http://%s:%s (boot interfaces: %s; "
                  "machines reach it as [api] public_url = %s)", host, opts.port,
                  ", ".join(services.interfaces.names()), services.public_url)
-        await stop.wait()
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():  # the HTTP server ended by itself: do not linger deaf
+            stopping.cancel()
+            LOG.error("the HTTP server stopped unexpectedly: %s",
+                      serving.exception() if not serving.cancelled() else "cancelled")
+            raise SystemExit(1)
         LOG.info("received %s, shutting down", signal.Signals(received[0]).name)
         # requests waiting for a batch to fill commit their evidence now
         server.evidence.hurry()
     finally:
+        started.cancel()
         if not serving.done():
             http.stop()  # stop accepting; the requests in progress are answered
-            await asyncio.gather(serving, return_exceptions=True)
+            ended = await asyncio.gather(serving, return_exceptions=True)
+            if isinstance(ended[0], (TimeoutError, asyncio.TimeoutError)):
+                LOG.warning("requests still in progress after [boot_server] "
+                            "shutdown_timeout (%s s)", opts.shutdown_timeout)
         await server.stop()  # the requests are done: flush, stop threads
 
 
-def _serve_process():
+def _serve_process(address):
     from metalboot_framework.cmd.server import load_services
     services = load_services()
     gc.collect()
@@ -952,7 +1002,7 @@ def _serve_process():
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(serve(services, CONF.boot_server,
-                                      CONF.api.max_request_body_size))
+                                      CONF.api.max_request_body_size, address))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
     finally:
@@ -965,7 +1015,7 @@ def _exit_while_starting(_signum, _frame):
     raise SystemExit(0)
 
 
-def _serve_workers(count):
+def _serve_workers(count, address):
     """``count`` forked server processes on one port; SIGTERM/SIGINT reach them all,
     and the parent exits when they have, with the worst exit status."""
     children = []
@@ -978,7 +1028,7 @@ def _serve_workers(count):
                 # signals): nothing is queued yet, so that is a clean exit
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(signum, _exit_while_starting)
-                _serve_process()
+                _serve_process(address)
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
@@ -1013,10 +1063,10 @@ def main(argv=None):
                       "Serve boot artifacts and boot reports to booting machines.")
     common.setup_logging(CONF.debug)
     workers = CONF.boot_server.workers or len(os.sched_getaffinity(0))
-    _check_port(CONF.boot_server.host_ip, CONF.boot_server.port)
+    address = _listen_address(CONF.boot_server.host_ip, CONF.boot_server.port)
     if workers > 1:
-        return _serve_workers(workers)
-    _serve_process()
+        return _serve_workers(workers, address)
+    _serve_process(address)
     return 0
 
 

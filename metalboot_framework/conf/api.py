@@ -9,7 +9,7 @@ opts = [
     cfg.PortOpt("port", default=6480, help="TCP port to listen on."),
     cfg.StrOpt("public_url",
                help="Base URL under which booting machines reach this server, "
-                    "e.g. http://[fd00:boot::1]:6480. Boot artifacts and scripts "
+                    "e.g. http://[fd00:b007::1]:6480. Boot artifacts and scripts "
                     "carry it. Defaults to http://<host_ip>:<port>."),
     cfg.ListOpt("admin_tokens", default=[], secret=True,
                 help="Bearer tokens allowed to read and change everything. "

@@ -40,14 +40,17 @@ opts = [
                     "off the event loop; evidence has one writer thread of its own."),
     cfg.IntOpt("workers", default=1, min=0,
                help="Server processes sharing the port (SO_REUSEPORT; the kernel spreads "
-                    "connections over them). One event loop uses one core at most: "
-                    "give a boot storm about one process per core. 0: one per CPU this "
-                    "process may run on."),
+                    "connections over them). One event loop uses one core at most, and "
+                    "its HTTP threads (Rust) part of another: give a boot storm about "
+                    "one process per two cores. 0: one per CPU this process may run "
+                    "on."),
     cfg.IntOpt("backlog", default=1024, min=1,
                help="Listen backlog of the server socket."),
     cfg.FloatOpt("shutdown_timeout", default=10.0, min=0,
-                 help="Seconds given to requests in progress at SIGTERM/SIGINT; queued "
-                      "evidence is committed before the process exits."),
+                 help="Seconds the server waits at SIGTERM/SIGINT for the requests in "
+                      "progress (past it, it logs a warning and goes on stopping: their "
+                      "answers may fail); queued evidence is committed before the "
+                      "process exits."),
     cfg.StrOpt("task_impl", default="rust", choices=[
                    ("rust", "granian steps each request's coroutine from Rust: about "
                             "30% more requests per second in a boot storm. granian marks "

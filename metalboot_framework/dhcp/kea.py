@@ -4,7 +4,7 @@ metalboot owns exactly one file, ``[kea] include_file``: a comma-separated
 list of host reservations that the operator's ``kea-dhcp6.conf`` pulls into a
 ``"reservations"`` list with Kea's include directive, once::
 
-    "subnet6": [{ "id": 1, "subnet": "fd00:boot::/64", ...,
+    "subnet6": [{ "id": 1, "subnet": "fd00:b007::/64", ...,
                   "reservations": [
     <?include "/var/lib/metalboot/kea/metalboot-reservations6.json"?>
                   ] }]

@@ -156,36 +156,39 @@ class Database:
         if not self.is_sqlite or not self._write_lock.acquire(blocking=False):
             yield None
             return
-        locked = None
         try:
             lock = self._process_lock()
             if lock is not None:
                 try:
                     fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    locked = lock
                 except OSError:  # another process writes (or no lock: wait elsewhere)
                     yield None
                     return
-            with self.write_engine.connect() as conn:
-                raw = conn.connection.driver_connection
-                raw.execute("PRAGMA busy_timeout=0")
-                raw.execute("PRAGMA wal_autocheckpoint=0")
-                try:
+            try:
+                with self.write_engine.connect() as conn:
+                    raw = conn.connection.driver_connection
                     try:
-                        transaction = conn.begin()
-                    except sqlalchemy.exc.OperationalError:  # locked outside our lock
-                        transaction = None
-                    if transaction is None:
-                        yield None
-                    else:
-                        with transaction:
-                            yield conn
-                finally:
-                    raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-                    raw.execute("PRAGMA wal_autocheckpoint=1000")
+                        raw.execute("PRAGMA busy_timeout=0")
+                        raw.execute("PRAGMA wal_autocheckpoint=0")
+                        try:
+                            transaction = conn.begin()
+                        except sqlalchemy.exc.OperationalError:  # locked outside our lock
+                            transaction = None
+                        if transaction is None:
+                            yield None
+                        else:
+                            with transaction:
+                                yield conn
+                    finally:
+                        try:
+                            raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                            raw.execute("PRAGMA wal_autocheckpoint=1000")
+                        except Exception:  # pragma: no cover - a broken connection
+                            conn.invalidate()  # not back into the pool as it is
+            finally:
+                if lock is not None:
+                    fcntl.lockf(lock, fcntl.LOCK_UN)
         finally:
-            if locked is not None:
-                fcntl.lockf(locked, fcntl.LOCK_UN)
             self._write_lock.release()
 
     def checkpoint(self):

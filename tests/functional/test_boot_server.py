@@ -3,12 +3,14 @@ on the same database: the same answers as the Flask blueprint, evidence for
 every answered fetch (group-committed, flushed at SIGTERM), a migration that
 finishes when simulated machines fetch from it, and, at the HTTP level where its
 own dispatch and file path stand in for a router and a file response:
-which paths and methods reach which answer, bytes to a reader too slow for one
-sendfile(), pipelined requests answered in order, HEAD, Expect: 100-continue."""
+which paths and methods reach which answer, a whole image to a slow reader (in
+chunks, each sent when the connection takes it), pipelined requests answered
+in order, HEAD, Expect: 100-continue, bodies too large."""
 
 import asyncio
 import concurrent.futures
 import fcntl
+import itertools
 import os
 import re
 import signal
@@ -41,6 +43,10 @@ class BootServerProcess(ServerProcess):
 
     def __init__(self, api_server, port):
         path = api_server.tmp_path.parent / f"boot-server-{port}"
+        for n in itertools.count(1):  # a second one on the same port: its own log
+            if not path.exists():
+                break
+            path = api_server.tmp_path.parent / f"boot-server-{port}-{n}"
         path.mkdir()
         super().__init__(path, database_url=api_server.database_url,
                          command="metalboot_framework.cmd.boot_server")
@@ -562,8 +568,8 @@ def test_iso_to_a_slow_reader_and_pipelined(boot_pair):
     with open(iso_path, "rb") as f:
         data = f.read()
     assert len(data) > 1024 * 1024  # more than a socket takes before it is read
-    # the whole image to a reader that waits before reading: sendfile() fills
-    # the socket, the rest goes through the transport
+    # the whole image to a reader that waits before reading: the chunks wait
+    # for the socket to take them
     answers = _responses(_raw(boot.url, f"GET {iso} HTTP/1.1\r\nHost: x\r\n"
                                         "Connection: close\r\n\r\n".encode(),
                               read_delay=1.0, rcvbuf=16384))
@@ -671,3 +677,46 @@ def test_access_log_masks_tokens(boot_pair):
     assert re.search(r"127\.0\.0\.1 GET /nope\?x=1 404 \d+", log), log
     assert re.search(rf"boot evidence \S+: machine {ids[0]} fetch boot.ipxe via fake", log), \
         [line for line in log.splitlines() if "evidence" in line]
+
+
+def test_file_changed_on_disk_is_a_500_not_a_short_answer(boot_pair):
+    """An image truncated in place while the boot server holds it open: a range
+    it can no longer read whole is answered 500 (with the reason in the log)
+    instead of fewer bytes than its Content-Length, and the connection goes on
+    serving the next request."""
+    api, boot = boot_pair(extra="cache_ttl = 600\n")
+    register(api, 1)
+    iso_url, iso_path = partition_iso(api, "p1", ISO_IFACE)
+    iso = iso_url.split(boot.url, 1)[1]
+    r = requests.get(boot.url + iso, headers={"Range": "bytes=0-99"}, timeout=30)
+    assert r.status_code == 206  # now held open by the boot server
+    os.truncate(iso_path, 50)
+    answers = _responses(_raw(boot.url, (
+        f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n\r\n"
+        f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9\r\n"
+        "Connection: close\r\n\r\n").encode()))
+    assert [s for s, _, _ in answers] == [500, 206]
+    assert answers[1][2] == r.content[:10]
+    assert boot.stop() == 0
+    assert "the file changed since it was opened" in boot.log()
+
+
+def test_listens_on_a_host_name_and_not_on_a_taken_port(server_factory):
+    """[boot_server] host_ip may be a name (granian takes addresses only); a
+    second boot server on a port that one already serves fails with a clear
+    line instead of sharing the port with it (SO_REUSEPORT)."""
+    port = free_port()
+    api = server_factory(extra_conf=_conf(port, public=False).replace(
+        "host_ip = 127.0.0.1", "host_ip = localhost")).start()
+    first = BootServerProcess(api, port)
+    first.url = f"http://localhost:{port}"  # where "localhost" resolves first
+    first.start()
+    try:
+        assert requests.get(f"http://localhost:{port}/", timeout=30).status_code == 404
+        second = BootServerProcess(api, port).start(wait=False)
+        assert second.proc.wait(60) == 1
+        assert f"error: cannot listen on localhost:{port}: Address already in use" \
+            in second.log()
+        assert requests.get(f"http://localhost:{port}/", timeout=30).status_code == 404
+    finally:
+        first.stop()
