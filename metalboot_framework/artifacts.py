@@ -28,7 +28,7 @@ from werkzeug.utils import get_content_type
 from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import InvalidInput, NotFound
 from metalboot_framework.services import machine_info, partition_info
-from metalboot_framework.store import models
+from metalboot_framework.store import driver_insert, models
 from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
@@ -285,9 +285,8 @@ def _insert_evidence_sqlite(conn, rows):
     An executemany steps SQLite once per row, and the sqlite3 module lets go of
     the GIL for each step: in a boot server whose event loop wants the GIL back
     at once, a batch of 150 rows took 12 ms instead of 2. One statement per
-    :data:`SQLITE_ROWS_PER_INSERT` rows is one step. The values go through the
-    columns' own bind processors: the rows are those SQLAlchemy would write."""
-    binders = _sqlite_evidence_binders(conn.dialect)
+    :data:`SQLITE_ROWS_PER_INSERT` rows is one step."""
+    sql, binders = driver_insert.statement(_EVIDENCE, EVIDENCE_COLUMNS, conn.dialect)
     # a batch's rows mostly share their time and their data (None): each such
     # value is processed once
     processed = [{} for _ in binders]
@@ -307,23 +306,7 @@ def _insert_evidence_sqlite(conn, rows):
                 else:
                     value = bind(value)
                 values.append(value)
-        conn.exec_driver_sql(_sqlite_evidence_insert(conn.dialect, len(chunk)), tuple(values))
-
-
-@functools.lru_cache(maxsize=8)
-def _sqlite_evidence_binders(dialect):
-    """((column, bind processor or None), ...) in the order of the INSERT's values."""
-    compiled = _EVIDENCE_INSERT.compile(dialect=dialect, column_keys=EVIDENCE_COLUMNS)
-    return tuple((name, _EVIDENCE.c[name].type.dialect_impl(dialect).bind_processor(dialect))
-                 for name in compiled.positiontup)
-
-
-@functools.lru_cache(maxsize=2 * SQLITE_ROWS_PER_INSERT)
-def _sqlite_evidence_insert(dialect, count):
-    """INSERT INTO boot_evidence (...) VALUES (?, ...), ... for ``count`` rows."""
-    compiled = str(_EVIDENCE_INSERT.compile(dialect=dialect, column_keys=EVIDENCE_COLUMNS))
-    head, _, one = compiled.partition(" VALUES ")
-    return f"{head} VALUES {', '.join([one] * count)}"
+        conn.exec_driver_sql(driver_insert.multi_row(sql, len(chunk)), tuple(values))
 
 
 def log_evidence(evidence_id, row):

@@ -1,7 +1,6 @@
 """The objects the API and the conductor share, built once per process."""
 
 import contextlib
-import functools
 import logging
 import os
 import secrets
@@ -15,6 +14,7 @@ from metalboot_framework import loader
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
+from metalboot_framework.store import driver_insert
 from metalboot_framework.store.group_commit import Batched, GroupCommitter
 from metalboot_framework.store import models
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
@@ -85,7 +85,7 @@ def _insert_events_sqlite(conn, pending):
     transaction's to give, as SQLite would give them. Values go through the
     columns' own bind processors, so the rows are those SQLAlchemy would write.
     """
-    sql, binders = _sqlite_event_insert(conn.dialect)
+    sql, binders = driver_insert.statement(EVENTS, _EVENT_COLUMNS, conn.dialect)
     first = (conn.execute(_NEWEST_EVENT_ID).scalar() or 0) + 1
     rows = []
     for n, ev in enumerate(pending):
@@ -93,15 +93,6 @@ def _insert_events_sqlite(conn, pending):
         rows.append(tuple(bind(getattr(ev, name)) if bind else getattr(ev, name)
                           for name, bind in binders))
     conn.exec_driver_sql(sql, rows)
-
-
-@functools.lru_cache(maxsize=8)
-def _sqlite_event_insert(dialect):
-    """(INSERT statement, ((column, bind processor or None), ...)) for ``dialect``."""
-    compiled = EVENTS.insert().compile(dialect=dialect, column_keys=_EVENT_COLUMNS)
-    return str(compiled), tuple(
-        (name, EVENTS.c[name].type.dialect_impl(dialect).bind_processor(dialect))
-        for name in compiled.positiontup)
 
 
 def event_dict(ev):

@@ -442,10 +442,8 @@ class Request:
         self.method = scope.method
         self.path = scope.path  # percent-decoded, as werkzeug's PATH_INFO
         self.headers = scope.headers  # names in lower case
-        client = scope.client
-        host = client.rpartition(":")[0] if client.count(":") == 1 or \
-            client.startswith("[") else client
-        self.remote = host[1:-1] if host.startswith("[") else host
+        # "10.0.0.1:port" or "[fd00::1]:port"
+        self.remote = scope.client.rpartition(":")[0].strip("[]")
 
     async def body(self, limit):
         """The request body; RequestTooLarge past ``limit`` bytes."""

@@ -16,6 +16,7 @@ sqlite3 shell, a process that cannot open the file) is merely slower.
 """
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -31,6 +32,25 @@ LOG = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 BUSY_TIMEOUT_MS = 60000  # SQLite: how long a writer waits for the write lock
+WAL_AUTOCHECKPOINT = 1000  # SQLite's default: pages in the WAL before a commit checkpoints
+
+
+@contextlib.contextmanager
+def _without_waits(conn):
+    """SQLite: ``conn`` with a busy timeout of 0 and no automatic checkpoint at
+    commit; the usual settings again afterwards (the connection goes back to
+    the pool)."""
+    raw = conn.connection.driver_connection
+    try:
+        raw.execute("PRAGMA busy_timeout=0")
+        raw.execute("PRAGMA wal_autocheckpoint=0")
+        yield
+    finally:
+        try:
+            raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            raw.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
+        except Exception:  # a broken connection: not back into the pool as it is
+            conn.invalidate()
 
 
 class Database:
@@ -82,27 +102,38 @@ class Database:
         return engine
 
     @contextlib.contextmanager
-    def _writer(self):
-        """Queue for SQLite's write lock (see the module's docstring)."""
+    def _writer(self, blocking=True):
+        """Queue for SQLite's write lock (see the module's docstring). Yields
+        whether this writer holds it: always when ``blocking``; else False when
+        another thread or process of ours writes at this moment."""
         if self._write_lock is None:
-            yield
+            yield True
             return
-        with self._write_lock:
+        if not self._write_lock.acquire(blocking):
+            yield False
+            return
+        try:
             lock = self._process_lock()
             if lock is not None:
                 # POSIX locks belong to the process: a second Database on the same
                 # file in this process is not blocked by it (no self-deadlock)
                 try:
-                    fcntl.lockf(lock, fcntl.LOCK_EX)
-                except OSError as exc:  # e.g. ENOLCK on a network file system
-                    self._without_process_lock("lock", exc)
+                    fcntl.lockf(lock, fcntl.LOCK_EX if blocking
+                                else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    if not blocking and exc.errno in (errno.EACCES, errno.EAGAIN):  # held
+                        yield False
+                        return
+                    self._without_process_lock("lock", exc)  # e.g. ENOLCK on NFS
                     os.close(lock)
                     lock = None
             try:
-                yield
+                yield True
             finally:
                 if lock is not None:
                     fcntl.lockf(lock, fcntl.LOCK_UN)
+        finally:
+            self._write_lock.release()
 
     def _without_process_lock(self, what, exc):
         LOG.warning("cannot %s %s (%s): SQLite writers of this process wait in SQLite's "
@@ -153,43 +184,23 @@ class Database:
         its commit does not checkpoint the WAL (an automatic checkpoint writes
         and syncs the database file in the committing thread): call
         :meth:`checkpoint` in a thread now and then. None on PostgreSQL."""
-        if not self.is_sqlite or not self._write_lock.acquire(blocking=False):
+        if not self.is_sqlite:
             yield None
             return
-        try:
-            lock = self._process_lock()
-            if lock is not None:
+        with self._writer(blocking=False) as held:
+            if not held:
+                yield None
+                return
+            with self.write_engine.connect() as conn, _without_waits(conn):
                 try:
-                    fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # another process writes (or no lock: wait elsewhere)
+                    transaction = conn.begin()
+                except sqlalchemy.exc.OperationalError:  # locked outside our lock
+                    transaction = None
+                if transaction is None:
                     yield None
-                    return
-            try:
-                with self.write_engine.connect() as conn:
-                    raw = conn.connection.driver_connection
-                    try:
-                        raw.execute("PRAGMA busy_timeout=0")
-                        raw.execute("PRAGMA wal_autocheckpoint=0")
-                        try:
-                            transaction = conn.begin()
-                        except sqlalchemy.exc.OperationalError:  # locked outside our lock
-                            transaction = None
-                        if transaction is None:
-                            yield None
-                        else:
-                            with transaction:
-                                yield conn
-                    finally:
-                        try:
-                            raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-                            raw.execute("PRAGMA wal_autocheckpoint=1000")
-                        except Exception:  # pragma: no cover - a broken connection
-                            conn.invalidate()  # not back into the pool as it is
-            finally:
-                if lock is not None:
-                    fcntl.lockf(lock, fcntl.LOCK_UN)
-        finally:
-            self._write_lock.release()
+                else:
+                    with transaction:
+                        yield conn
 
     def checkpoint(self):
         """SQLite: copy the WAL into the database without blocking any writer
