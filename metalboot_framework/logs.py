@@ -143,10 +143,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+# Line breaks and other control characters (tab aside): in a text log, a message
+# that carries one from a request (a path with %0a) would forge a line of its own.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _escaped(match):
+    return ascii(match.group())[1:-1]
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT, one line per message: its control characters escaped
+    (``\\n``, ``\\x00``); a traceback still follows on lines of its own."""
+
+    def __init__(self):
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record):
+        message = record.message
+        if _CONTROL.search(message):
+            record.message = _CONTROL.sub(_escaped, message)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
+
+
 def install(handler, log_format="text"):
     """Give ``handler`` the filter and the formatter of ``log_format``."""
     if not any(isinstance(f, ContextFilter) for f in handler.filters):
         handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     return handler

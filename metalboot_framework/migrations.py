@@ -243,15 +243,15 @@ def machines(services, migration_id, state=None, limit=100, marker=-1):
         return out, (rows[-1].position if more else None)
 
 
-def _transition(services, migration_id, allowed, new, message):
+def _transition(services, migration_id, allowed, new, message, action, done):
     with services.write() as unit:
         m = unit.session.scalars(select(models.Migration).where(
             models.Migration.id == migration_id).with_for_update()).first()
         if m is None:
             raise NotFound(f"migration {migration_id} not found")
         if m.state not in allowed:
-            raise Conflict(f"migration {migration_id} is {m.state}; it can be {new} only "
-                           f"when {' or '.join(allowed)}")
+            raise Conflict(f"cannot {action} migration {migration_id}: it is {m.state}; "
+                           f"only a {' or '.join(allowed)} migration can be {done}")
         old = m.state
         m.state = new
         m.updated_at = models.utcnow()
@@ -265,13 +265,14 @@ def _transition(services, migration_id, allowed, new, message):
 
 def cancel(services, migration_id):
     return _transition(services, migration_id, ("running", "paused"), "cancelling",
-                       "cancelled by the operator")
+                       "cancelled by the operator", "cancel", "cancelled")
 
 
 def pause(services, migration_id):
     return _transition(services, migration_id, ("running",), "paused",
-                       "paused by the operator: no new machine starts")
+                       "paused by the operator: no new machine starts", "pause", "paused")
 
 
 def resume(services, migration_id):
-    return _transition(services, migration_id, ("paused",), "running", "resumed by the operator")
+    return _transition(services, migration_id, ("paused",), "running", "resumed by the operator",
+                       "resume", "resumed")

@@ -100,6 +100,7 @@ def boot_report(machine_id, body):
     METAL_BOOT_TOKEN kernel parameter of the machine's boot.ipxe.
     """
     services = current_services()
+    machine_id = schemas.canonical_machine_id(machine_id)
     token = artifacts.bearer_token(request.headers.get("Authorization")) or body.get("token")
     with services.db.read_conn() as conn:
         artifacts.check_report(services, conn, machine_id, token, body["boot_interface"])

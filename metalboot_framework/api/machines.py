@@ -14,6 +14,14 @@ LOG = logging.getLogger(__name__)
 bp = Blueprint("machines", __name__)
 
 
+@bp.url_value_preprocessor
+def _canonical_machine_id(_endpoint, values):
+    """An id given in capitals (as a caller may keep the one it registered)
+    finds its machine: ids are stored in lower case."""
+    if values and "machine_id" in values:
+        values["machine_id"] = schemas.canonical_machine_id(values["machine_id"])
+
+
 def _page_size(query):
     return query.get("limit", current_services().conf.api.default_page_size)
 
@@ -93,6 +101,9 @@ def validate_machine(machine_id, body):
     services = current_services()
     view = inventory.get_machine(services, machine_id)
     name = body.get("boot_interface") or view["boot_interface"]
+    if name not in services.interfaces:
+        raise InvalidInput(f"{name} is not an enabled boot interface",
+                           fields={"boot_interface": ["not an enabled boot interface"]})
     iface = services.interfaces.get(name)
     task = services.task(machine_id, name)
     result = {"machine_id": machine_id, "boot_interface": name, "valid": True,

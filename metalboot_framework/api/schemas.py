@@ -29,6 +29,47 @@ class StrictSchema(Schema):
         unknown = RAISE
 
 
+class JsonInteger(fields.Integer):
+    """An integer in a JSON body: 5, not "5" or 5.5 (query strings use
+    fields.Integer, which parses their text)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(strict=True, **kwargs)
+
+    def _validated(self, value):
+        if isinstance(value, bool):  # a bool is an int to Python, not to JSON
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class JsonBoolean(fields.Boolean):
+    """true or false in a JSON body, not "yes" or 1."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
+# Characters that end or split a line of an iPXE script (or of a log).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def no_control_characters(value):
+    if _CONTROL.search(value):
+        raise ValidationError("Control characters (line breaks, tabs...) are not allowed.")
+
+
+def one_ipxe_command(value):
+    """Words that go onto the ``kernel`` line of boot.ipxe: iPXE ends a command
+    at a word ``||``, ``&&`` or ``;`` (and runs what follows as a command of its
+    own) and at a word that begins with ``#`` (the rest, the machine's token
+    among it, would be a comment)."""
+    if any(word in ("||", "&&", ";") or word.startswith("#") for word in value.split()):
+        raise ValidationError("The words ||, && and ; and words beginning with # are not "
+                              "allowed: iPXE would end the kernel command there.")
+
+
 class MacAddress(fields.String):
     """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
 
@@ -75,6 +116,9 @@ class HttpUrl(fields.String):
             raise ValidationError(f"Not a valid URL: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid http(s) URL.")
+        if any(c.isspace() or not c.isprintable() for c in value):
+            # it goes into iPXE scripts as one word
+            raise ValidationError("A URL contains no white space or control characters.")
         return value
 
 
@@ -93,8 +137,12 @@ class BmcAddress(fields.String):
             raise ValidationError(f"Not a valid BMC address: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid BMC address (host, host:port or http(s) URL).")
-        if any(c.isspace() for c in url):
+        if any(c.isspace() or not c.isprintable() for c in url):
             raise ValidationError("A BMC address contains no white space.")
+        if parsed.username is not None or parsed.password is not None:
+            # it is shown in every answer about the machine; the password is not
+            raise ValidationError("Give the BMC's credentials in username and password, "
+                                  "not in its address.")
         return url.rstrip("/")
 
 
@@ -116,6 +164,15 @@ class Ipv6(fields.String):
             raise ValidationError("Not a valid IPv6 address.")
 
 
+def canonical_machine_id(value):
+    """A machine id as stored: a UUID in lower case (``value`` unchanged if it
+    is no UUID: it then names no machine)."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value
+
+
 class MachineId(fields.String):
     """metal-api's machine UUID; stored in canonical lowercase form."""
 
@@ -132,11 +189,16 @@ class MachineId(fields.String):
 class BootConfigSchema(StrictSchema):
     kernel_url = HttpUrl(allow_none=True, metadata={"description": "Kernel (metal-hammer) URL."})
     initrd_url = HttpUrl(allow_none=True, metadata={"description": "Initrd URL."})
-    cmdline = fields.String(validate=validate.Length(max=4096),
-                            metadata={"description": "Kernel command line."})
+    cmdline = fields.String(validate=[validate.Length(max=4096), no_control_characters,
+                                      one_ipxe_command],
+                            metadata={"description": "Kernel command line: one line, without "
+                                                     "the words ||, && and ; or a word "
+                                                     "beginning with #, which would end "
+                                                     "iPXE's kernel command."})
     metal_boot_url = HttpUrl(allow_none=True,
                              metadata={"description": "Base URL of metal-boot in the partition."})
-    metal_hammer_version = fields.String(allow_none=True, validate=validate.Length(max=128))
+    metal_hammer_version = fields.String(allow_none=True, validate=[
+        validate.Length(max=128), no_control_characters])
 
 
 class PartitionCreateSchema(StrictSchema):
@@ -170,15 +232,15 @@ class PartitionListSchema(Schema):
 # -- machines -----------------------------------------------------------------
 
 class BmcInSchema(StrictSchema):
-    address = BmcAddress(required=True)
+    address = BmcAddress(required=True, validate=validate.Length(max=1024))
     username = fields.String(validate=validate.Length(max=255))
     password = fields.String(load_only=True, validate=validate.Length(max=1024),
                              metadata={"description": "Write-only: never returned."})
-    verify_tls = fields.Boolean()
+    verify_tls = JsonBoolean()
 
 
 class BmcPatchSchema(BmcInSchema):
-    address = BmcAddress()
+    address = BmcAddress(validate=validate.Length(max=1024))
 
 
 class BmcOutSchema(Schema):
@@ -440,27 +502,32 @@ class SelectorSchema(StrictSchema):
         if "machines" in data and ({"boot_interface", "state"} & set(data)):
             raise ValidationError("boot_interface and state filter a partition selector only.",
                                   "_schema")
+        twice = sorted({m for m in data.get("machines", ()) if data["machines"].count(m) > 1}
+                       if len(set(data.get("machines", ()))) != len(data.get("machines", ()))
+                       else ())
+        if twice:
+            raise ValidationError(f"Machines given twice: {', '.join(twice[:10])}.", "machines")
 
 
 class MigrationCreateSchema(StrictSchema):
     selector = fields.Nested(SelectorSchema, required=True)
     boot_interface = fields.String(required=True, validate=validate.Length(min=1, max=64),
                                    metadata={"description": "The target boot interface."})
-    max_parallel = fields.Integer(load_default=10, validate=validate.Range(min=1, max=5000),
+    max_parallel = JsonInteger(load_default=10, validate=validate.Range(min=1, max=5000),
                                   metadata={"description": "Machines in flight at once."})
     max_failures = MaxFailures(load_default=None, allow_none=True, metadata={
         "description": "Count or percentage (\"10%\") of failed machines beyond which no "
                        "new machine starts and the migration halts. Default: no limit.",
         "oneOf": [{"type": "integer", "minimum": 0, "maximum": 10 ** 9},
                   {"type": "string", "pattern": "^[0-9]{1,3}(\\.[0-9]+)?%$"}]})
-    canary = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10000), metadata={
+    canary = JsonInteger(load_default=0, validate=validate.Range(min=0, max=10000), metadata={
         "description": "The first N machines must all succeed before the rest start; "
                        "a canary that a veto skips is replaced by the next queued "
                        "machine."})
-    boot_timeout = fields.Integer(validate=validate.Range(min=1, max=86400), metadata={
+    boot_timeout = JsonInteger(validate=validate.Range(min=1, max=86400), metadata={
         "description": "Seconds from activation to boot evidence; default "
                        "[conductor] default_boot_timeout."})
-    dry_run = fields.Boolean(load_default=False, metadata={
+    dry_run = JsonBoolean(load_default=False, metadata={
         "description": "Validate every selected machine against the target; change nothing."})
 
 

@@ -7,6 +7,8 @@ OpenAPI 3 document.
 """
 
 import functools
+import json
+import math
 import re
 
 from apispec import APISpec
@@ -91,15 +93,60 @@ def reject_nul(data):
                            fields={field: ["NUL characters are not allowed."]})
 
 
+# Levels of arrays and objects a request body may nest: far beyond any schema's,
+# and far below the recursion that would fail the parser (and later the JSON
+# column's encoder) with a 500.
+MAX_JSON_DEPTH = 32
+
+
+class _NotFinite(ValueError):
+    """NaN, Infinity (Python's json reads them; strict parsers do not) or a
+    number beyond a double's range (Python's reads it as Infinity)."""
+
+
+def _no_constant(name):
+    raise _NotFinite(f"{name} is not a JSON number")
+
+
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text} is beyond the range of a double")
+    return value
+
+
+def parse_json(raw):
+    """A request body (bytes) as JSON: BadRequest if it is not JSON, holds
+    NaN or Infinity (which no strict parser reads back), or nests deeper than
+    :data:`MAX_JSON_DEPTH`; InvalidInput naming the field of a NUL character."""
+    try:
+        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
+    except _NotFinite as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}")
+    except ValueError:  # also UnicodeDecodeError
+        raise BadRequest("the body is not valid JSON")
+    if data is None:
+        raise BadRequest("the body is JSON null")
+    level = [data]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [v for item in level if isinstance(item, (dict, list))
+                 for v in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            break
+    else:
+        if any(isinstance(v, (dict, list)) for v in level):
+            raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
+    reject_nul(data)
+    return data
+
+
 def json_body():
     if request.mimetype != "application/json":
         raise UnsupportedMediaType(
             f"the body must be application/json, not {request.mimetype or 'absent'}")
-    data = request.get_json(silent=True, cache=True)
-    if data is None:
-        raise BadRequest("the body is not valid JSON")
-    reject_nul(data)
-    return data
+    return parse_json(request.get_data(cache=True))
 
 
 def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=None,

@@ -5,6 +5,8 @@ documents (see ``doc/cli.rst``) and a one-line message; nothing here imports
 the server's store or conductor.
 """
 
+import urllib.parse
+
 import click
 import requests
 
@@ -14,6 +16,13 @@ EXIT_FAILED = 1        # the API answered with an error, or a migration failed
 EXIT_USAGE = 2         # click's own code for bad flags and arguments
 EXIT_CONNECTION = 3    # the server could not be reached
 EXIT_AUTH = 4          # 401 / 403: no token, unknown token, reader token for a change
+
+
+def segment(value):
+    """``value`` as one segment of a URL path: ``machines delete ../partitions/p1``
+    must name a machine that does not exist, not the partition."""
+    quoted = urllib.parse.quote(str(value), safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 class CliError(click.ClickException):
@@ -57,7 +66,7 @@ class Client:
     """Calls the API at ``url`` with bearer ``token``; returns decoded JSON."""
 
     def __init__(self, url, token=None, timeout=30.0):
-        self.url = url.rstrip("/")
+        self.url = _checked_url(url).rstrip("/")
         self.token = token
         self.timeout = timeout
         self.session = requests.Session()
@@ -135,6 +144,25 @@ class Client:
             marker = body.get("next_marker")
             if marker is None:
                 return
+
+
+def _checked_url(url):
+    """``url`` if it is an http(s) URL of a server; else a usage error naming it
+    (whether it came from --url, METALBOOT_URL or the config file)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as exc:
+        raise CliError(f"the API URL {url!r} is not valid: {exc}", EXIT_USAGE) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CliError(f"the API URL {url!r} is not an http(s) URL of a server, e.g. "
+                       f"http://127.0.0.1:6480", EXIT_USAGE)
+    if parts.query or parts.fragment:
+        raise CliError(f"the API URL {url!r} has a query or fragment", EXIT_USAGE)
+    if parts.path.rstrip("/").endswith("/v1"):  # a path is fine (a proxy's prefix)
+        raise CliError(f"give the API URL without /v1 (the commands add it): "
+                       f"{url.rstrip('/')[:-3]}", EXIT_USAGE)
+    return url
 
 
 def _reason(exc):

@@ -8,7 +8,7 @@ import os
 import click
 
 from metalboot_framework.cli import output
-from metalboot_framework.cli.client import EXIT_FAILED, EXIT_USAGE, CliError
+from metalboot_framework.cli.client import EXIT_FAILED, EXIT_USAGE, CliError, segment
 from metalboot_framework.cli.common import bmc_password, drop_none, json_or_string, \
     parse_properties
 
@@ -53,7 +53,7 @@ def list_(obj, partition, boot_interface, state, limit, output_):
 @click.pass_obj
 def show(obj, machine_id, output_):
     """Show one machine."""
-    machine = obj.client.get(f"/v1/machines/{machine_id}")
+    machine = obj.client.get(f"/v1/machines/{segment(machine_id)}")
     output.show(obj, output_, machine, output.details)
 
 
@@ -199,8 +199,12 @@ def import_(obj, file, format_, output_):
       boot_interface, boot_mode, properties (a JSON object),
       property.<name> (one property; the value may be JSON).
     """
-    text = file.read()
     name = getattr(file, "name", "-")
+    try:
+        text = file.read()
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason})",
+                       EXIT_USAGE) from None
     if format_ == "auto":
         if str(name).lower().endswith(".csv"):
             format_ = "csv"
@@ -251,7 +255,7 @@ def _hint_rows(exc, format_, start):
 def validate(obj, machine_id, boot_interface, output_):
     """Ask a boot interface whether the machine can use it; exit 1 when it cannot."""
     body = drop_none({"boot_interface": boot_interface})
-    result = obj.client.post(f"/v1/machines/{machine_id}/validate", body)
+    result = obj.client.post(f"/v1/machines/{segment(machine_id)}/validate", body)
     if output.fmt(obj, output_) == "json":
         output.emit_json(result)
     elif result["valid"]:
@@ -279,7 +283,7 @@ def delete(obj, machine_ids, force, output_):
     cleaned that up."""
     as_json = output.fmt(obj, output_) == "json"
     for machine_id in machine_ids:
-        machine = obj.client.request("DELETE", f"/v1/machines/{machine_id}",
+        machine = obj.client.request("DELETE", f"/v1/machines/{segment(machine_id)}",
                                      params={"force": "true"} if force else None)
         if as_json:
             output.emit_json({"deleted": machine_id, "state": machine["state"]} if machine

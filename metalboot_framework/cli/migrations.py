@@ -7,7 +7,7 @@ import time
 import click
 
 from metalboot_framework.cli import output
-from metalboot_framework.cli.client import EXIT_FAILED, CliError
+from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
 
 #: Migration states in which nothing will change any more (with finished_at set).
 FINAL_STATES = ("done", "halted", "cancelled")
@@ -51,7 +51,7 @@ def succeeded(migration):
 
 
 def migration_machines(client, migration_id, state=None):
-    return list(client.pages(f"/v1/migrations/{migration_id}/machines", "machines",
+    return list(client.pages(f"/v1/migrations/{segment(migration_id)}/machines", "machines",
                              state=state))
 
 
@@ -141,7 +141,7 @@ def dry_run(obj, timeout, output_, **options):
             raise CliError(f"dry run {migration['id']} still {migration['state']} after "
                            f"{timeout:g} s")
         time.sleep(0.3)
-        migration = client.get(f"/v1/migrations/{migration['id']}")
+        migration = client.get(f"/v1/migrations/{segment(migration['id'])}")
     machines = migration_machines(client, migration["id"])
     ok = migration["state"] == "done" and all(m["state"] in ("valid", "skipped")
                                               for m in machines)
@@ -176,7 +176,7 @@ def list_(obj, state, limit, output_):
 @click.pass_obj
 def show(obj, migration_id, with_machines, output_):
     """Show one migration."""
-    migration = obj.client.get(f"/v1/migrations/{migration_id}")
+    migration = obj.client.get(f"/v1/migrations/{segment(migration_id)}")
     machines = migration_machines(obj.client, migration_id) if with_machines else None
     if output.fmt(obj, output_) == "json":
         output.emit_json(dict(migration, machines=machines) if with_machines else migration)
@@ -192,7 +192,7 @@ def _action(name, doc):
     @output.output_option
     @click.pass_obj
     def command(obj, migration_id, output_):
-        migration = obj.client.post(f"/v1/migrations/{migration_id}/{name}")
+        migration = obj.client.post(f"/v1/migrations/{segment(migration_id)}/{name}")
         if output.fmt(obj, output_) == "json":
             output.emit_json(migration)
         else:
@@ -269,7 +269,7 @@ def _watch(obj, migration_id, output_, interval, timeout, display=None):
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
-            migration = client.get(f"/v1/migrations/{migration_id}")
+            migration = client.get(f"/v1/migrations/{segment(migration_id)}")
             if display:
                 display.update(migration)
             if is_finished(migration):

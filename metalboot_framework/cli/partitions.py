@@ -3,6 +3,7 @@
 import click
 
 from metalboot_framework.cli import output
+from metalboot_framework.cli.client import segment
 from metalboot_framework.cli.common import drop_none, parse_properties
 
 LIST_COLUMNS = [("id", "id"), ("machines", "machine_count"),
@@ -58,7 +59,8 @@ def list_(obj, output_):
 @click.pass_obj
 def show(obj, partition_id, output_):
     """Show one partition."""
-    output.show(obj, output_, obj.client.get(f"/v1/partitions/{partition_id}"), output.details)
+    output.show(obj, output_, obj.client.get(f"/v1/partitions/{segment(partition_id)}"),
+                output.details)
 
 
 @group.command("create")
@@ -82,7 +84,7 @@ def update(obj, partition_id, output_, **options):
     body = _body(**options)
     if not body:
         raise click.UsageError("give at least one option to change")
-    output.show(obj, output_, obj.client.patch(f"/v1/partitions/{partition_id}", body),
+    output.show(obj, output_, obj.client.patch(f"/v1/partitions/{segment(partition_id)}", body),
                 output.details)
 
 
@@ -92,7 +94,7 @@ def update(obj, partition_id, output_, **options):
 @click.pass_obj
 def delete(obj, partition_id, output_):
     """Delete a partition that has no machines."""
-    obj.client.delete(f"/v1/partitions/{partition_id}")
+    obj.client.delete(f"/v1/partitions/{segment(partition_id)}")
     if output.fmt(obj, output_) == "json":
         output.emit_json({"deleted": partition_id})
     else:

@@ -60,7 +60,7 @@ from werkzeug.http import http_date, is_resource_modified, parse_etags, parse_ra
 
 from metalboot_framework import artifacts, logs
 from metalboot_framework.api import spec
-from metalboot_framework.api.schemas import BootReportSchema
+from metalboot_framework.api.schemas import BootReportSchema, canonical_machine_id
 from metalboot_framework.cmd import common
 from metalboot_framework.conf import CONF
 from metalboot_framework.exceptions import InvalidInput, MetalbootError, NotFound
@@ -802,7 +802,7 @@ class BootServer:
                 return await self.machine_artifact(request, first, second, third, name)
             if len(parts) == 5 and parts[1] == "v1" and parts[2] == "machines" \
                     and parts[4] == "boot-report" and request.method == "POST" and variables:
-                return await self.boot_report(request, parts[3])
+                return await self.boot_report(request, canonical_machine_id(parts[3]))
             return self._error(request, 404, wz_exceptions.NotFound.description)
         except Exception:
             request_id = self._request_id(request)
@@ -844,13 +844,7 @@ class BootServer:
             if mimetype != "application/json":
                 raise spec.UnsupportedMediaType(
                     f"the body must be application/json, not {mimetype or 'absent'}")
-            try:
-                data = json.loads(await request.body(self.max_body_size))
-            except ValueError:
-                data = None
-            if data is None:
-                raise spec.BadRequest("the body is not valid JSON")
-            spec.reject_nul(data)
+            data = spec.parse_json(await request.body(self.max_body_size))
             if not isinstance(data, dict):
                 raise InvalidInput("the body must be a JSON object",
                                    fields={"_schema": ["must be an object"]})
@@ -1057,6 +1051,11 @@ def _serve_workers(count, address):
 
 
 def main(argv=None):
+    with common.interrupted_quietly():
+        return _main(argv)
+
+
+def _main(argv):
     common.parse_args(sys.argv[1:] if argv is None else argv,
                       "Serve boot artifacts and boot reports to booting machines.")
     common.setup_logging(CONF.debug)

@@ -1,6 +1,8 @@
 """What every command does first: parse configuration, set up logging."""
 
+import contextlib
 import logging
+import re
 import sys
 
 from oslo_config import cfg
@@ -16,6 +18,35 @@ def parse_args(argv, description):
         CONF(argv, project="metalboot", version=__version__, description=description)
     except (cfg.Error, ValueError) as exc:
         fail(f"configuration error: {exc}")
+    check_options()
+
+
+def check_options(conf=CONF):
+    """Read every option registered so far, so that a bad value stops the
+    command now with one line naming it: oslo.config checks a value only when
+    it is first read, which for some is in a thread hours later. Call it again
+    once plugins have registered theirs."""
+    for name in conf:
+        try:
+            value = conf[name]
+            if isinstance(value, cfg.ConfigOpts.GroupAttr):
+                for option in value:
+                    try:
+                        value[option]
+                    except (cfg.Error, ValueError) as exc:
+                        fail(f"configuration error: [{name}] {option}: {_reason(exc)}")
+        except (cfg.Error, ValueError) as exc:
+            fail(f"configuration error: [DEFAULT] {name}: {_reason(exc)}")
+
+
+def _reason(exc):
+    """oslo.config's message without the option's name (the caller gives it)
+    and with the file it came from instead of a LocationInfo repr."""
+    message = getattr(exc, "msg", None) or str(exc)
+    found = re.search(r"LocationInfo\(.*detail='([^']*)'\) is not valid: (.*)", message, re.S)
+    if found:
+        return f"{found.group(2)} (in {found.group(1)})"
+    return message.split(" is not valid: ", 1)[-1]
 
 
 def setup_logging(debug=False, log_format=None):
@@ -29,6 +60,18 @@ def setup_logging(debug=False, log_format=None):
         logs.install(handler, log_format)
     for noisy in ("stevedore", "alembic.runtime.migration", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def interrupted_quietly():
+    """Ctrl-C before a command has installed its own SIGINT handler (while it
+    loads plugins or upgrades the schema): one line and status 130, not a
+    KeyboardInterrupt traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"{sys.argv[0].rsplit('/', 1)[-1]}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def fail(message, code=1):

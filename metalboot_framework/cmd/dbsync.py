@@ -25,11 +25,30 @@ def main(argv=None):
         if CONF.show:
             print(db.current_revision() or "empty")
             return 0
+        current = db.current_revision()
+        if current is not None and _is_before(db, CONF.revision, current):
+            common.fail(f"the database is at revision {current}, past {CONF.revision}: "
+                        f"metalboot-dbsync only upgrades (restore a backup to go back)")
         db.upgrade(CONF.revision)
         print(f"database at revision {db.current_revision()}")
+    except SystemExit:
+        raise
     except Exception as exc:  # one line for the operator, not a traceback
         common.fail(f"schema upgrade failed: {type(exc).__name__}: {exc}")
     return 0
+
+
+def _is_before(db, revision, current):
+    """Whether ``revision`` (a revision id, or "base") comes before ``current``:
+    alembic's upgrade to it would do nothing and say nothing."""
+    from alembic.script import ScriptDirectory
+    script = ScriptDirectory.from_config(db.alembic_config(None))
+    if revision == "base":
+        return True
+    if revision == "head" or script.get_revision(revision) is None:
+        return False  # unknown revisions: alembic's own error
+    return revision != current and revision in {
+        r.revision for r in script.iterate_revisions(current, "base")}
 
 
 if __name__ == "__main__":

@@ -38,15 +38,22 @@ def check_listen_address():
 
 def load_services():
     try:
-        return Services.from_conf(CONF)
+        services = Services.from_conf(CONF)
     except PluginLoadError as exc:
         common.fail(str(exc))
     except Exception as exc:
         common.fail(f"cannot start: {type(exc).__name__}: {exc}")
+    common.check_options()  # the plugins' options too
+    return services
 
 
 def run(name, description, argv, with_api=True, with_conductor=True):
     """Start the API (on waitress), a conductor, or both, until SIGTERM/SIGINT."""
+    with common.interrupted_quietly():
+        return _run(name, description, argv, with_api, with_conductor)
+
+
+def _run(name, description, argv, with_api, with_conductor):
     common.parse_args(sys.argv[1:] if argv is None else argv, description)
     common.setup_logging(CONF.debug)
     if with_api:

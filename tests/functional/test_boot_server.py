@@ -188,11 +188,18 @@ def test_boot_report_same_as_flask(boot_pair):
         {"json": {"boot_interface": "fake"}, "headers": {"Authorization": f"Bearer {other}"}},
         {"json": {"boot_interface": "nope", "token": token}},
         {"json": {"boot_interface": "fake", "token": token}, "params": {"x": "1"}},
+        # bodies no strict JSON parser reads: 400, never a 500 or a stored NaN
+        {"data": '{"boot_interface":"fake","token":' + "[" * 50000 + "]" * 50000 + "}",
+         "headers": {"Content-Type": "application/json"}},
+        {"data": '{"boot_interface":"fake","message":NaN}',
+         "headers": {"Content-Type": "application/json"}},
+        {"data": "null", "headers": {"Content-Type": "application/json"}},
     ]
     for case in cases:
         flask, aio = (_answer(requests.post(u + url, timeout=30, **case))
                       for u in (api.url, boot.url))
         assert aio == flask, case
+        assert flask[0] < 500, (case, flask)
     assert evidence(api) == []
     answers = [requests.post(u + url, json={"boot_interface": "fake", "message": "up"},
                              headers={"Authorization": f"Bearer {token}"}, timeout=30)
@@ -203,6 +210,13 @@ def test_boot_report_same_as_flask(boot_pair):
                                            for e in rows]
     assert [(e.kind, e.interface, e.path, e.data) for e in rows] == \
         [("report", "fake", "boot-report", {"message": "up"})] * 2
+    # an id in capitals names the same machine (ids are stored in lower case)
+    upper = f"/v1/machines/{ids[0].upper()}/boot-report"
+    answers = [requests.post(u + upper, json={"boot_interface": "fake", "message": "caps"},
+                             headers={"Authorization": f"Bearer {token}"}, timeout=30)
+               for u in (api.url, boot.url)]
+    assert [(r.status_code, r.json()["machine_id"]) for r in answers] == [(201, ids[0])] * 2
+    assert [e.machine_id for e in evidence(api)] == [ids[0]] * 4
 
 
 def test_iso_in_ranges_and_wrong_tokens(boot_pair):

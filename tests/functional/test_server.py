@@ -9,7 +9,7 @@ import sys
 import pytest
 import requests
 
-from tests.conftest import machine_body
+from tests.conftest import free_port, machine_body
 
 pytestmark = pytest.mark.functional
 
@@ -176,3 +176,34 @@ def test_dbsync(tmp_path):
                           "--config-file", str(bad)], capture_output=True, text=True)
     assert out.returncode == 1
     assert "schema upgrade failed" in out.stderr and "Traceback" not in out.stderr
+    # it upgrades only: an older revision is refused, not silently ignored
+    for older in ("0002", "base"):
+        out = subprocess.run([sys.executable, "-m", "metalboot_framework.cmd.dbsync",
+                              "--config-file", str(conf), older], capture_output=True,
+                             text=True)
+        assert out.returncode == 1, out
+        assert f"past {older}" in out.stderr and "only upgrades" in out.stderr
+
+
+@pytest.mark.parametrize("command", ["server", "conductor", "boot_server"])
+@pytest.mark.parametrize("section, line, message", [
+    ("api", "port = abc", "[api] port: invalid literal for int()"),
+    ("conductor", "poll_interval = -1", "[conductor] poll_interval: Should be greater than"),
+    ("DEFAULT", "log_format = xml", "[DEFAULT] log_format: Valid values are [text, json]"),
+    ("fake", "record_events = maybe", "[fake] record_events: Unexpected boolean value"),
+])
+def test_a_bad_option_value_stops_every_command_naming_it(tmp_path, command, section, line,
+                                                          message):
+    """oslo.config checks a value when it is first read: a conductor thread read
+    poll_interval after the API was up, died, and left the server serving
+    without a conductor. Every option is read at start now (the plugins' too)."""
+    conf = tmp_path / "m.conf"
+    conf.write_text(f"[DEFAULT]\nenabled_boot_interfaces = fake\nstate_path = {tmp_path}/s\n"
+                    f"[api]\nport = {free_port()}\n[{section}]\n{line}\n")
+    out = subprocess.run([sys.executable, "-m", f"metalboot_framework.cmd.{command}",
+                          "--config-file", str(conf)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stderr
+    [last] = [line for line in out.stderr.splitlines() if "error:" in line]
+    assert f"configuration error: {message}" in last and str(conf) in last

@@ -198,8 +198,9 @@ def test_validate(api, partition):
         2, properties={"fake_fail": {"validate": "no UefiHttp"}})).json["id"]
     r = api.post(f"/v1/machines/{bad}/validate", json={"boot_interface": "fake"})
     assert r.json["valid"] is False and "no UefiHttp" in r.json["reason"]
+    # an unknown interface is bad input, as in POST /v1/machines and /v1/migrations
     r = api.post(f"/v1/machines/{bad}/validate", json={"boot_interface": "nope"})
-    assert r.status_code == 404
+    assert r.status_code == 422 and "boot_interface" in r.json["error"]["fields"]
     assert api.post("/v1/machines/00000000-0000-0000-0000-00000000ffff/validate",
                     json={}).status_code == 404
 

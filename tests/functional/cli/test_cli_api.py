@@ -220,3 +220,19 @@ def test_events_tail(mb, server, partition):
     assert all(machine_body(0)["id"] in line for line in r.out.splitlines())
     r = mb("events", "tail", "--since", str(events[0]["id"]), "-o", "json")
     assert [json.loads(x)["id"] for x in r.out.splitlines()] == [events[1]["id"]]
+
+
+@pytest.mark.parametrize("ident", ["../partitions/p1", "..", "a b?c#d", "%2e%2e"])
+def test_ids_stay_in_their_path_segment(mb, server, partition, ident):
+    """`machines delete ../partitions/p1` once deleted the partition: an id is
+    one path segment, whatever it holds."""
+    for args in (("machines", "delete", ident, "--force"), ("machines", "show", ident),
+                 ("partitions", "delete", ident), ("migrations", "cancel", ident)):
+        r = mb(*args)
+        assert r.code == 1 and "HTTP 404" in r.err, (args, r)
+    assert server.request("GET", "/v1/partitions/p1").status_code == 200
+
+
+def test_api_url_with_v1_names_the_fix(run, server):
+    assert_one_line_error(run("machines", "list", url=server.url + "/v1", token=ADMIN), 2,
+                          "without /v1", server.url)

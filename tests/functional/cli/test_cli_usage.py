@@ -129,3 +129,18 @@ def test_console_script_is_installed():
     assert [ep.value for ep in scripts] == ["metalboot_framework.cli:main"]
     proc = subprocess.run(["metalboot", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and "metalboot" in proc.stdout
+
+
+def test_malformed_urls_are_usage_errors(run):
+    for url, needle in (("http://127.0.0.1:1659l", "Port could not be cast"),
+                        ("http://[::1", "Invalid IPv6 URL"),
+                        ("http://127.0.0.1:99999", "Port out of range"),
+                        ("http://h?x=1", "query")):
+        assert_one_line_error(run("machines", "list", url=url, token="x"), 2, needle)
+
+
+def test_import_file_not_utf8_is_a_usage_error_naming_it(run, tmp_path):
+    path = tmp_path / "machines.json"
+    path.write_bytes(b"\xff\xfe[{}]")
+    r = run("machines", "import", path, url="http://127.0.0.1:9", token="x")
+    assert_one_line_error(r, 2, str(path), "not UTF-8")

