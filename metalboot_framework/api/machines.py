@@ -2,7 +2,7 @@
 
 import logging
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, current_app, jsonify, url_for
 
 from metalboot_framework import inventory
 from metalboot_framework.api import schemas
@@ -60,7 +60,8 @@ def create_machines(body, many):
     created = inventory.register_machines(services, items, many)
     if many:
         return jsonify({"machines": created, "count": len(created)}), 201
-    return jsonify(created[0]), 201
+    return jsonify(created[0]), 201, {"Location": url_for(".get_machine",
+                                                          machine_id=created[0]["id"])}
 
 
 @bp.get("/v1/machines/<machine_id>")

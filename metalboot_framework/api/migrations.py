@@ -1,6 +1,6 @@
 """/v1/migrations: move machines between boot interfaces, and watch them go."""
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, url_for
 
 from metalboot_framework import migrations
 from metalboot_framework.api import schemas
@@ -19,7 +19,9 @@ def _limit(query):
 def create_migration(body):
     """Start moving the selected machines to a boot interface (202: it runs in the
     conductor). 409 names machines that already belong to an active migration."""
-    return jsonify(migrations.create(current_services(), body)), 202
+    created = migrations.create(current_services(), body)
+    return jsonify(created), 202, {"Location": url_for(".get_migration",
+                                                       migration_id=created["id"])}
 
 
 @bp.get("/v1/migrations")

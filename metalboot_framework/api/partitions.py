@@ -1,6 +1,6 @@
 """/v1/partitions: partitions and their boot configuration."""
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, url_for
 
 from metalboot_framework import inventory
 from metalboot_framework.api import schemas
@@ -21,7 +21,9 @@ def list_partitions():
           responses={201: schemas.PartitionSchema}, extra_errors=(409,), tags=["partitions"])
 def create_partition(body):
     """Create a partition with its boot configuration."""
-    return jsonify(inventory.create_partition(current_services(), body)), 201
+    created = inventory.create_partition(current_services(), body)
+    return jsonify(created), 201, {"Location": url_for(".get_partition",
+                                                       partition_id=created["id"])}
 
 
 @bp.get("/v1/partitions/<partition_id>")

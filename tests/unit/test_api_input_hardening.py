@@ -165,3 +165,16 @@ def test_text_log_lines_cannot_be_forged():
     assert "/v1/x\\n2026-12-01 04:00:00,000 ERROR forged\\x00 404" in lines[0]
     assert lines[1].endswith("failed\\r")
     assert lines[2] == "Traceback (most recent call last):"  # tracebacks keep their lines
+
+
+def test_created_resources_are_located(api, partition):
+    r = api.post("/v1/partitions", json={"id": "p2"})
+    assert r.status_code == 201 and r.headers["Location"].endswith("/v1/partitions/p2")
+    r = api.post("/v1/machines", json=machine_body(1))
+    assert r.status_code == 201
+    assert r.headers["Location"].endswith(f"/v1/machines/{r.json['id']}")
+    assert api.get(r.headers["Location"]).json["id"] == r.json["id"]
+    r = api.post("/v1/migrations", json={"selector": {"machines": [r.json["id"]]},
+                                         "boot_interface": "fake-alt", "dry_run": True})
+    assert r.status_code == 202
+    assert api.get(r.headers["Location"]).json["id"] == r.json["id"]
