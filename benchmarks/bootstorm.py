@@ -220,7 +220,7 @@ def setup_metalboot(count, workers=1):
         # a storm against machines at rest: not beside the conductor's enrolment
         # of 10,000 machines, which holds SQLite's write lock much of the time
         server.wait_enrolled()
-        tokens = machine_tokens(server, ids)
+        tokens = machine_tokens(server, ids, IFACE)
         paths = [f"/boot/{mid}/{IFACE}/{tokens[mid]}/boot.ipxe" for mid in ids]
         iso_url, iso_path = partition_iso(server, "bench", IFACE)
         iso = iso_url.split(boot_url, 1)[1]

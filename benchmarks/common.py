@@ -145,15 +145,16 @@ def partition_iso(server, partition, interface="redfish-virtual-media-ipxe"):
     return url, path
 
 
-def machine_tokens(server, ids, generation=1):
-    """Per-machine boot tokens, signed with the server database's secret."""
+def machine_tokens(server, ids, interface, generation=1):
+    """Per-machine boot tokens for ``interface``, signed with the server database's
+    secret."""
     from metalboot_framework.store.db import Database
     from metalboot_framework.tokens import TokenSigner
     db = Database(server.database_url
                   or f"sqlite:///{os.path.join(server.dir, 'state', 'metalboot.sqlite')}")
     try:
         signer = TokenSigner.from_database(db)
-        return {mid: signer.machine_token(mid, generation) for mid in ids}
+        return {mid: signer.machine_token(mid, generation, interface) for mid in ids}
     finally:
         db.dispose()
 

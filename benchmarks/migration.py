@@ -146,8 +146,8 @@ def cpu_run(count, max_parallel):
         from metalboot_framework.tokens import TokenSigner
         signer = TokenSigner.from_database(Database(
             f"sqlite:///{os.path.join(base.dir, 'state', 'metalboot.sqlite')}"))
-        urls = [f"{base.url}/boot/{mid}/fake-alt/{signer.machine_token(mid, 1)}/boot.ipxe"
-                for mid in ids]
+        urls = [f"{base.url}/boot/{mid}/fake-alt/{signer.machine_token(mid, 1, 'fake-alt')}"
+                f"/boot.ipxe" for mid in ids]
         session = requests.Session()
         session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=32))
         cpu0, t0 = cpu_seconds(base.proc.pid), time.perf_counter()

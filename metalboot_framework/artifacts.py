@@ -14,7 +14,6 @@ asyncio server can run them in a thread and in batches.
 import datetime
 import functools
 import hashlib
-import hmac
 import logging
 import os
 import unicodedata
@@ -30,6 +29,7 @@ from metalboot_framework.exceptions import InvalidInput, NotFound
 from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
 from metalboot_framework.task import BootTask
+from metalboot_framework.tokens import same_token
 
 LOG = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ def check_access(services, machine, interface, token, name, client_address=None,
     machine's current token, if the caller has it already (no HMAC then)."""
     if interface not in services.interfaces or machine is None:
         raise not_found()
-    if not (hmac.compare_digest(expected, str(token)) if expected and token else
-            services.tokens.verify(machine.id, machine.token_generation, token)):
+    if not (same_token(expected, token) if expected and token else
+            services.tokens.verify(machine.id, machine.token_generation, interface, token)):
         LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
                     name, machine.id, client_address)
         raise not_found()
@@ -186,6 +186,12 @@ def plugin_artifact(services, machine, partition, interface, name):
     if artifact is None:
         raise not_found()
     return artifact
+
+
+# Answers that count as a fetch (evidence): the artifact, a part of it, or "you
+# have it" to a conditional request -- not a 412 or 416, which gave nothing.
+# A HEAD counts as its GET would (UEFI HTTP boot may ask for the size first).
+EVIDENCE_STATUSES = frozenset((200, 206, 304))
 
 
 def machine_artifact(services, machine, partition, interface, token, name,
@@ -327,14 +333,14 @@ def bearer_token(authorization):
 def check_report(services, conn, machine_id, token, boot_interface):
     """Raise unless a boot report of ``machine_id`` with ``token`` may be recorded."""
     from metalboot_framework.api.auth import Unauthorized
+    if boot_interface not in services.interfaces:  # the token is bound to one
+        raise InvalidInput(f"{boot_interface} is not an enabled boot interface",
+                           fields={"boot_interface": ["not an enabled boot interface"]})
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
     if machine is None or not services.tokens.verify(machine.id, machine.token_generation,
-                                                     token):
+                                                     boot_interface, token):
         raise Unauthorized("unknown machine or wrong machine token")
-    if boot_interface not in services.interfaces:
-        raise InvalidInput(f"{boot_interface} is not an enabled boot interface",
-                           fields={"boot_interface": ["not an enabled boot interface"]})
 
 
 def report_evidence(machine_id, body, client_address, timed=True):

@@ -33,8 +33,13 @@ _request_id = contextvars.ContextVar("metalboot_request_id", default=None)
 # /boot/partitions/..., which carry no token.
 _ARTIFACT_TOKEN = re.compile(r"(/boot/(?!mac/|partitions/)[^/\s?#\"']+/[^/\s?#\"']+/)"
                              r"[^/\s?#\"']+(?=/)")
+# A machine token where a client put it anywhere else in a boot path (a
+# segment short of the artifact's, a query, a 404 path): 32 hex digits on their
+# own (ids are UUIDs with dashes, request ids 16 digits).
+_LOOSE_TOKEN = re.compile(r"(?<![0-9A-Za-z_-])[0-9a-f]{32}(?![0-9A-Za-z_-])")
 _PATTERNS = (
     (_ARTIFACT_TOKEN, r"\1" + MASK),
+    (_LOOSE_TOKEN, MASK),
     (re.compile(r"(METAL_BOOT_TOKEN=)[^\s\"'&]+"), r"\1" + MASK),
     (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1" + MASK),
     (re.compile(r"(?i)([?&](?:token|password)=)[^&\s\"'#]+"), r"\1" + MASK),
@@ -42,7 +47,7 @@ _PATTERNS = (
 
 # What one of the patterns above needs in the (case-folded) text: most log
 # lines carry none, and four substring tests cost less than one regex search.
-_TOKEN_MARKS = ("/boot/", "token=", "bearer", "password=")
+_TOKEN_MARKS = ("/boot", "token=", "bearer", "password=")
 
 _secrets = frozenset()  # replaced, never changed: read without a lock
 _secrets_lock = threading.Lock()

@@ -91,9 +91,13 @@ class BootTask:
 
     @property
     def token(self):
-        """The machine's current per-machine token."""
+        """The machine's current token for the task's interface."""
+        return self.token_for(self.interface)
+
+    def token_for(self, interface):
+        """The machine's current token for ``interface`` (tokens are bound to one)."""
         return self.services.tokens.machine_token(
-            self.machine.id, self.machine.token_generation)
+            self.machine.id, self.machine.token_generation, interface)
 
     def artifact_url(self, name, interface=None):
         """The URL of artifact ``name`` unique to this machine and interface.
@@ -101,8 +105,9 @@ class BootTask:
         A fetch of it is recorded as boot evidence for ``interface`` (default:
         the task's interface).
         """
-        return self.services.artifact_url(self.machine.id, interface or self.interface,
-                                          self.token, name)
+        interface = interface or self.interface
+        return self.services.artifact_url(self.machine.id, interface,
+                                          self.token_for(interface), name)
 
     def boot_script(self):
         """The machine's boot.ipxe as it would be served for this interface."""

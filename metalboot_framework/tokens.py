@@ -1,11 +1,15 @@
 """Per-machine tokens: what a booting machine proves itself with.
 
-A token is an HMAC of the machine id and its token generation under a secret
-kept in the database (so every API and conductor process signs alike), so
-nothing secret is stored per machine and bumping the generation revokes every
-token the machine had. The token reaches
-the machine only inside what it boots (the artifact URL and the kernel command
-line of boot.ipxe), never from an unauthenticated endpoint.
+A token is an HMAC of the machine id, its token generation and a boot
+interface under a secret kept in the database (so every API and conductor
+process signs alike), so nothing secret is stored per machine and bumping the
+generation revokes every token the machine had. The token reaches the machine
+only inside what it boots through that interface (the artifact URL and the
+kernel command line of boot.ipxe). Scripts looked up by MAC (for ISOs shared
+by a partition) are served without a token, so their token is only as secret
+as the machine's MAC on the boot network; binding it to the interface keeps
+a token read from the script of the interface a machine boots today from
+proving a boot through the one it is being migrated to.
 """
 
 import hashlib
@@ -41,10 +45,18 @@ class TokenSigner:
                 continue  # another process created it first: read theirs
         raise RuntimeError("cannot read or create the machine token secret")
 
-    def machine_token(self, machine_id, generation):
-        mac = hmac.new(self._secret, f"{machine_id}:{generation}".encode(), hashlib.sha256)
+    def machine_token(self, machine_id, generation, interface):
+        mac = hmac.new(self._secret, f"{machine_id}:{generation}:{interface}".encode(),
+                       hashlib.sha256)
         return mac.hexdigest()[:32]
 
-    def verify(self, machine_id, generation, token):
-        return bool(token) and hmac.compare_digest(
-            self.machine_token(machine_id, generation), str(token))
+    def verify(self, machine_id, generation, interface, token):
+        return bool(token) and same_token(
+            self.machine_token(machine_id, generation, interface), token)
+
+
+def same_token(expected, given):
+    """Constant-time comparison of a token with what a client sent (which may
+    hold any character: compare_digest refuses non-ASCII strings)."""
+    return hmac.compare_digest(expected.encode(),
+                               str(given).encode("utf-8", "surrogateescape"))

@@ -51,9 +51,10 @@ def _artifact_response(services, machine_id, interface, token, name):
     artifact = artifacts.machine_artifact(services, machine, partition, interface, token,
                                           name, request.remote_addr)
     response = _serve(artifact, name)
-    _record(services, [artifacts.fetch_evidence(machine.id, interface, name,
-                                                request.remote_addr,
-                                                request.headers.get("Range"))])
+    if response.status_code in artifacts.EVIDENCE_STATUSES:
+        _record(services, [artifacts.fetch_evidence(machine.id, interface, name,
+                                                    request.remote_addr,
+                                                    request.headers.get("Range"))])
     return response
 
 
@@ -76,7 +77,7 @@ def boot_script_by_mac(mac, interface):
         if machine_id is None:
             raise artifacts.not_found()
         machine, partition = services.snapshot(conn, machine_id)
-    token = services.tokens.machine_token(machine.id, machine.token_generation)
+    token = services.tokens.machine_token(machine.id, machine.token_generation, interface)
     return _artifact_response(services, machine_id, interface, token, artifacts.SCRIPT_NAME)
 
 

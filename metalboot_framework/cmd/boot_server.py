@@ -251,21 +251,23 @@ class Snapshot:
     """A machine as a fetch needs it, and its boot.ipxe rendered per interface.
     ``revisions`` (machine, partition) tell whether it is still current."""
 
-    __slots__ = ("machine", "partition", "revisions", "scripts", "_token")
+    __slots__ = ("machine", "partition", "revisions", "scripts", "_tokens")
 
     def __init__(self, machine, partition, revisions):
         self.machine = machine
         self.partition = partition
         self.revisions = revisions
         self.scripts = {}  # interface -> Answer
-        self._token = None
+        self._tokens = {}  # interface -> token
 
-    def token(self, services):
-        """The machine's current token (an HMAC: computed once per snapshot)."""
-        if self._token is None:
-            self._token = services.tokens.machine_token(self.machine.id,
-                                                        self.machine.token_generation)
-        return self._token
+    def token(self, services, interface):
+        """The machine's current token for ``interface`` (an HMAC: computed once
+        per snapshot and interface)."""
+        token = self._tokens.get(interface)
+        if token is None:
+            token = self._tokens[interface] = services.tokens.machine_token(
+                self.machine.id, self.machine.token_generation, interface)
+        return token
 
     def script(self, services, interface, token):
         found = self.scripts.get(interface)
@@ -698,7 +700,7 @@ class BootServer:
         machine = snapshot.machine if snapshot is not None else None
         try:
             artifacts.check_access(self.services, machine, interface, token, name,
-                                   request.remote, snapshot.token(self.services)
+                                   request.remote, snapshot.token(self.services, interface)
                                    if snapshot is not None else None)
             if name == artifacts.SCRIPT_NAME:
                 answer = snapshot.script(self.services, interface, token)
@@ -711,9 +713,10 @@ class BootServer:
             return self._metalboot_error(request, exc)
         except wz_exceptions.HTTPException as exc:
             return self._error(request, exc.code, exc.description)
-        await self.evidence.add(artifacts.fetch_evidence(
-            machine.id, interface, name, request.remote, request.headers.get("range"),
-            timed=False))
+        if response.status in artifacts.EVIDENCE_STATUSES:
+            await self.evidence.add(artifacts.fetch_evidence(
+                machine.id, interface, name, request.remote, request.headers.get("range"),
+                timed=False))
         return response
 
     # -- the RSGI application ---------------------------------------------------------
@@ -823,7 +826,8 @@ class BootServer:
         snapshot = await self.snapshots.get(machine_id) if machine_id is not None else None
         if snapshot is None:
             return self._metalboot_error(request, artifacts.not_found())
-        return await self._answer(request, snapshot, interface, snapshot.token(self.services),
+        return await self._answer(request, snapshot, interface,
+                                  snapshot.token(self.services, interface),
                                   artifacts.SCRIPT_NAME)
 
     async def partition_artifact(self, request, partition_id, interface, name):

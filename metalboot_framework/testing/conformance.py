@@ -515,7 +515,7 @@ class BootInterfaceConformance:
         report = self.client.post(
             f"/v1/machines/{machine}/boot-report",
             json={"boot_interface": self.other_interface, "message": "conformance"},
-            headers={"Authorization": f"Bearer {self.task.token}"})
+            headers={"Authorization": f"Bearer {self.task.token_for(self.other_interface)}"})
         assert report.status_code == 201, report.get_json()
         records = evidence_since(self.services, machine, cursor)
         assert records and {r.interface for r in records} == {self.other_interface}

@@ -31,6 +31,7 @@ from tests.conftest import ServerProcess, free_port, machine_body, signer_of
 
 pytestmark = pytest.mark.functional
 
+FAKE = "fake"  # machine tokens are bound to an interface
 ISO_IFACE = "redfish-virtual-media-ipxe"
 IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
 # Headers both servers must send alike (Date, Server and X-Request-Id differ).
@@ -123,7 +124,7 @@ def test_same_answers_as_flask(boot_pair):
     api, boot = boot_pair(public=False)
     ids = register(api, 3)
     signer = signer_of(api)
-    mid, token = ids[0], signer.machine_token(ids[0], 1)
+    mid, token = ids[0], signer.machine_token(ids[0], 1, FAKE)
     script = f"/boot/{mid}/fake/{token}/boot.ipxe"
     iso_url, iso_path = partition_iso(api, "p1", ISO_IFACE)
     iso = iso_url.split(api.url, 1)[1]
@@ -175,7 +176,7 @@ def test_boot_report_same_as_flask(boot_pair):
     api, boot = boot_pair(public=False)
     ids = register(api, 2)
     signer = signer_of(api)
-    token, other = signer.machine_token(ids[0], 1), signer.machine_token(ids[1], 1)
+    token, other = signer.machine_token(ids[0], 1, FAKE), signer.machine_token(ids[1], 1, FAKE)
     url = f"/v1/machines/{ids[0]}/boot-report"
     cases = [
         {"data": "x"},
@@ -235,7 +236,7 @@ def test_iso_in_ranges_and_wrong_tokens(boot_pair):
         parts.append(r.content)
     assert b"".join(parts) == data
     for path in (f"/boot/{ids[0]}/fake/{'0' * 32}/boot.ipxe",
-                 f"/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[1], 1)}/boot.ipxe"):
+                 f"/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[1], 1, FAKE)}/boot.ipxe"):
         r = requests.get(boot.url + path)
         assert r.status_code == 404
         assert r.json() == {"error": {"code": 404, "message": "no such boot artifact",
@@ -270,7 +271,7 @@ def test_concurrent_fetches_each_recorded_in_few_transactions(boot_pair):
     api, boot = boot_pair()
     ids = register(api, 200)
     signer = signer_of(api)
-    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1)}/boot.ipxe" for mid in ids] * 3
+    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1, FAKE)}/boot.ipxe" for mid in ids] * 3
     session = requests.Session()
     session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))
     with concurrent.futures.ThreadPoolExecutor(64) as pool:
@@ -300,7 +301,7 @@ def test_fetches_wait_for_a_write_lock_held_elsewhere(boot_pair, database_url):
     api, boot = boot_pair()
     ids = register(api, 20)
     signer = signer_of(api)
-    assert requests.get(f"{boot.url}/boot/{ids[0]}/fake/{signer.machine_token(ids[0], 1)}"
+    assert requests.get(f"{boot.url}/boot/{ids[0]}/fake/{signer.machine_token(ids[0], 1, FAKE)}"
                         "/boot.ipxe", timeout=30).status_code == 200
     lock = os.open(f"{api.state}/metalboot.sqlite.write-lock", os.O_RDWR)
     results = {}
@@ -308,7 +309,7 @@ def test_fetches_wait_for_a_write_lock_held_elsewhere(boot_pair, database_url):
         fcntl.lockf(lock, fcntl.LOCK_EX)
         with concurrent.futures.ThreadPoolExecutor(20) as pool:
             futures = {mid: pool.submit(requests.get, f"{boot.url}/boot/{mid}/fake/"
-                                        f"{signer.machine_token(mid, 1)}/boot.ipxe",
+                                        f"{signer.machine_token(mid, 1, FAKE)}/boot.ipxe",
                                         timeout=30) for mid in ids}
             time.sleep(1.0)
             assert not any(f.done() for f in futures.values())  # waiting for the lock
@@ -330,7 +331,7 @@ def test_sigterm_commits_queued_evidence(boot_pair):
 
     def fetch(mid):
         try:
-            r = requests.get(f"{boot.url}/boot/{mid}/fake/{signer.machine_token(mid, 1)}"
+            r = requests.get(f"{boot.url}/boot/{mid}/fake/{signer.machine_token(mid, 1, FAKE)}"
                              "/boot.ipxe", timeout=30)
             results.append((mid, r.status_code))
         except requests.RequestException:
@@ -358,7 +359,7 @@ def test_workers_share_the_port_and_stop_together(boot_pair):
         workers = [int(p) for p in f.read().split()]
     assert len(workers) == 2
     # new connections each time: the kernel spreads them over both listeners
-    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1)}/boot.ipxe" for mid in ids] * 4
+    paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1, FAKE)}/boot.ipxe" for mid in ids] * 4
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         statuses = list(pool.map(lambda p: requests.get(
             boot.url + p, timeout=60, headers={"Connection": "close"}).status_code, paths))
@@ -380,7 +381,8 @@ def test_expired_machines_kept_unless_changed(boot_pair):
     ids = register(api, 3)
     api.wait_enrolled()  # enrolment changes the machines: done before the first fetch
     signer = signer_of(api)
-    urls = {m: f"{boot.url}/boot/{m}/fake/{signer.machine_token(m, 1)}/boot.ipxe" for m in ids}
+    urls = {m: f"{boot.url}/boot/{m}/fake/{signer.machine_token(m, 1, FAKE)}/boot.ipxe"
+            for m in ids}
 
     def fetch_all():
         return {m: requests.get(u, timeout=30) for m, u in urls.items()}
@@ -419,7 +421,7 @@ def test_machine_registered_again_is_not_its_old_snapshot(boot_pair):
         "cmdline": "console=ttyS2"}})
     assert r.status_code == 201, r.text
     api.wait_enrolled()
-    url = f"{boot.url}/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[0], 1)}/boot.ipxe"
+    url = f"{boot.url}/boot/{ids[0]}/fake/{signer_of(api).machine_token(ids[0], 1, FAKE)}/boot.ipxe"
     assert "console=ttyS0 " in requests.get(url, timeout=30).text
     assert api.request("DELETE", f"/v1/machines/{ids[0]}?force=true").status_code == 204
     r = api.request("POST", "/v1/machines", json=[machine_body(0, partition="p2")])
@@ -468,7 +470,7 @@ def test_workers_zero_is_one_per_cpu(boot_pair):
     with open(f"/proc/{boot.proc.pid}/task/{boot.proc.pid}/children") as f:
         children = f.read().split()
     assert len(children) == (cpus if cpus > 1 else 0)
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     assert requests.get(f"{boot.url}/boot/{ids[0]}/fake/{token}/boot.ipxe").status_code == 200
     deadline = time.monotonic() + 30  # every worker listening (each logs it)
     while boot.log().count("listening on") < cpus and time.monotonic() < deadline:
@@ -542,7 +544,7 @@ def _responses(raw, heads=()):
 def test_paths_and_methods(boot_pair):
     api, boot = boot_pair()
     ids = register(api, 1)
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     script = f"/boot/{ids[0]}/fake/{token}/boot.ipxe"
     assert requests.get(boot.url + script).status_code == 200
     for method, path in [("POST", script), ("PUT", script), ("DELETE", script),
@@ -590,7 +592,7 @@ def test_iso_to_a_slow_reader_and_pipelined(boot_pair):
     assert [(s, h["content-length"]) for s, h, _ in answers] == [(200, str(len(data)))]
     assert answers[0][2] == data
     # pipelined: ranges, HEAD and a script answered in order on one connection
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     requests_ = [f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=0-262143\r\n\r\n",
                  f"HEAD {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=10-19\r\n\r\n",
                  f"GET {iso} HTTP/1.1\r\nHost: x\r\nRange: bytes=-1000\r\n\r\n",
@@ -612,7 +614,7 @@ def test_iso_to_a_slow_reader_and_pipelined(boot_pair):
 def test_expect_100_continue(boot_pair):
     api, boot = boot_pair()
     ids = register(api, 1)
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     body = b'{"boot_interface": "fake", "message": "up"}'
     answers = _responses(_raw(boot.url, (
         f"POST /v1/machines/{ids[0]}/boot-report HTTP/1.1\r\nHost: x\r\n"
@@ -652,7 +654,7 @@ def test_boot_report_body_too_large(boot_pair):
     connection still answers the next request when the body was declared."""
     api, boot = boot_pair(extra="[api]\nmax_request_body_size = 2048\n")
     ids = register(api, 1)
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     url = f"/v1/machines/{ids[0]}/boot-report"
     big = b'{"boot_interface": "fake", "message": "' + b"x" * 4096 + b'"}'
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -679,7 +681,7 @@ def test_access_log_masks_tokens(boot_pair):
     status, length) with the machine's token masked, and one per evidence row."""
     api, boot = boot_pair(extra="access_log = true\n")
     ids = register(api, 1)
-    token = signer_of(api).machine_token(ids[0], 1)
+    token = signer_of(api).machine_token(ids[0], 1, FAKE)
     r = requests.get(f"{boot.url}/boot/{ids[0]}/fake/{token}/boot.ipxe", timeout=30)
     assert r.status_code == 200
     assert requests.get(f"{boot.url}/nope?x=1", timeout=30).status_code == 404
@@ -734,3 +736,32 @@ def test_listens_on_a_host_name_and_not_on_a_taken_port(server_factory):
         assert requests.get(f"http://localhost:{port}/", timeout=30).status_code == 404
     finally:
         first.stop()
+
+
+def test_tokens_bound_to_interfaces_and_failed_conditionals_as_in_flask(boot_pair):
+    """The boot server refuses a token of another interface and any token text
+    without a 500, and records no evidence for a 412 or 416, as the API does."""
+    api, boot = boot_pair(public=False)
+    ids = register(api, 1)
+    signer = signer_of(api)
+    fake, alt = (signer.machine_token(ids[0], 1, name) for name in (FAKE, "fake-alt"))
+    for server in (api, boot):
+        assert requests.get(f"{server.url}/boot/{ids[0]}/fake-alt/{fake}/boot.ipxe",
+                            timeout=30).status_code == 404
+        assert requests.get(f"{server.url}/boot/{ids[0]}/fake/%C3%A9/boot.ipxe",
+                            timeout=30).status_code == 404
+        for body in ({"boot_interface": "fake-alt", "token": fake},
+                     {"boot_interface": FAKE, "token": "\u00e9" * 32}):
+            r = requests.post(f"{server.url}/v1/machines/{ids[0]}/boot-report", json=body,
+                              timeout=30)
+            assert r.status_code == 401, (server.url, body, r.text)
+        url = f"{server.url}/boot/{ids[0]}/fake/{signer.machine_token(ids[0], 1, FAKE)}" \
+              f"/boot.ipxe"
+        assert requests.get(url, headers={"If-Match": '"x"'}, timeout=30).status_code == 412
+        assert requests.get(url, headers={"Range": "bytes=9999-"},
+                            timeout=30).status_code == 416
+    assert evidence(api) == []
+    for server in (api, boot):
+        assert requests.get(f"{server.url}/boot/{ids[0]}/fake-alt/{alt}/boot.ipxe",
+                            timeout=30).status_code == 200
+    assert [e.interface for e in evidence(api)] == ["fake-alt"] * 2

@@ -13,6 +13,7 @@ import time
 import pytest
 import requests
 
+from tests.conftest import signer_of
 from tests.functional.dhcp.conftest import server_conf
 from tests.functional.dhcp.test_dhcp_migrations import (
     HTTPBOOT, MACHINES, PXE, assert_dnsmasq, assert_kea, bootfile, v6_url)
@@ -48,13 +49,15 @@ def test_registered_on_pxe_is_enrolled_and_moves_at_rest(net, dnsmasq, kea, clie
     url = bootfile(clients.v4(a["nic"]["mac"], arch=7, user_class="iPXE"))
     found = re.fullmatch(rf"{server.url}/boot/{a['id']}/{PXE}/([^/]+)/boot\.ipxe", url or "")
     assert found, url
-    tokens = {a["id"]: found.group(1)}
-    tokens[c["id"]] = re.search(rf"/boot/{c['id']}/{PXE}/([^/]+)/boot\.ipxe",
-                                (dnsmasq.optsdir / f"metalboot-{c['id']}.{PXE}").read_text()
-                                ).group(1)
+    signer = signer_of(server)
+    assert found.group(1) == signer.machine_token(a["id"], 1, PXE)
+    assert re.search(rf"/boot/{c['id']}/{PXE}/([^/]+)/boot\.ipxe",
+                     (dnsmasq.optsdir / f"metalboot-{c['id']}.{PXE}").read_text()
+                     ).group(1) == signer.machine_token(c["id"], 1, PXE)
 
-    def url_of(mid, interface, name):
-        return f"{server.url}/boot/{mid}/{interface}/{tokens[mid]}/{name}"
+    def url_of(mid, interface, name):  # tokens are bound to the interface
+        return f"{server.url}/boot/{mid}/{interface}/" \
+               f"{signer.machine_token(mid, 1, interface)}/{name}"
 
     assert_dnsmasq(dnsmasq, {m["id"]: (PXE, m["nic"]["mac"]) for m in (a, c)}, {}, url_of)
     assert_kea(kea, [], url_of)

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from metalboot_framework.testing.simulator import SILENT, SimulatedFleet
+from tests.conftest import signer_of
 from tests.functional.dhcp.conftest import SERVER_V4, SERVER_V6, server_conf
 from tests.functional.test_migrations import machine_states, migrate, steps_of, wait_for
 
@@ -265,10 +266,11 @@ def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
          "nics": [m["nic"]]} for m in machines])
     assert r.status_code == 201, r.text
     ids = [a, b, c]
-    tokens = {}
+    signer = signer_of(server)
 
-    def url(mid, interface, name):
-        return f"{server.url}/boot/{mid}/{interface}/{tokens[mid]}/{name}"
+    def url(mid, interface, name):  # tokens are bound to the interface
+        return f"{server.url}/boot/{mid}/{interface}/" \
+               f"{signer.machine_token(mid, 1, interface)}/{name}"
 
     simulator = DhcpMachineSimulator(server, clients, machines, tmp_path / "tftp-got")
     with simulator as sim:
@@ -285,7 +287,7 @@ def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
             got = re.fullmatch(rf"{server.url}/boot/{m['id']}/{PXE}/([^/]+)/boot\.ipxe",
                                steps[2][1])
             assert got, steps
-            tokens[m["id"]] = got.group(1)
+            assert got.group(1) == signer.machine_token(m["id"], 1, PXE)
             assert steps[3] == ("GET", url(m["id"], PXE, "boot.ipxe"), 200)
             assert (tmp_path / "tftp-got" / f"{m['id']}.efi").read_bytes() == snponly
             assert per[m["id"]]["evidence"]["path"] == "boot.ipxe"

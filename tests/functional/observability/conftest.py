@@ -49,7 +49,7 @@ def probe(server, machine_id):
                      headers={"Authorization": f"Bearer {READER}", "X-Request-Id": REQUEST_ID})
     assert r.status_code == 200 and r.headers["X-Request-Id"] == REQUEST_ID
     assert requests.get(f"{server.url}/dashboard?token={READER}", timeout=10).status_code == 200
-    token = signer_of(server).machine_token(machine_id, 1)
+    token = signer_of(server).machine_token(machine_id, 1, "fake-alt")
     assert requests.get(f"{server.url}/boot/{machine_id}/fake-alt/{WRONG_TOKEN}/boot.ipxe",
                         timeout=10).status_code == 404
     assert requests.get(f"{server.url}/boot/{machine_id}/fake-alt/{token}/boot.ipxe",

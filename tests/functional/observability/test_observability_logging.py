@@ -27,7 +27,7 @@ def test_json_log_lines_request_ids_and_no_secrets(observed):
     server = observed.server
     machine_id = observed.ids[0]
     signer = signer_of(server)
-    assert signer.machine_token(machine_id, 1) == observed.machine_token
+    assert signer.machine_token(machine_id, 1, "fake-alt") == observed.machine_token
     wrong = "f" * 32  # the probe's wrong machine token (conftest.WRONG_TOKEN)
 
     lines, records = log_lines(server)
@@ -58,7 +58,7 @@ def test_json_log_lines_request_ids_and_no_secrets(observed):
 
     # no secrets: BMC passwords, API tokens, machine tokens (in artifact URLs too)
     text = "\n".join(lines)
-    tokens = {signer.machine_token(mid, 1) for mid in observed.ids}
+    tokens = {signer.machine_token(mid, 1, "fake-alt") for mid in observed.ids}
     for secret in [ADMIN, READER, wrong, *tokens,
                    *(f"bmc-secret-{i}" for i in range(len(observed.ids)))]:
         assert secret not in text, f"secret {secret[:6]}... in the log"
