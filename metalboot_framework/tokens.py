@@ -57,6 +57,7 @@ class TokenSigner:
 
 def same_token(expected, given):
     """Constant-time comparison of a token with what a client sent (which may
-    hold any character: compare_digest refuses non-ASCII strings)."""
+    hold any character, a lone surrogate from JSON's "\\ud800" too:
+    compare_digest refuses non-ASCII strings)."""
     return hmac.compare_digest(expected.encode(),
-                               str(given).encode("utf-8", "surrogateescape"))
+                               str(given).encode("utf-8", "surrogatepass"))

@@ -43,11 +43,12 @@ def test_a_token_proves_a_boot_through_its_own_interface_only(app, api, services
     assert [e.interface for e in _evidence(services)] == ["fake", "fake-alt", "fake-alt"]
 
 
-@pytest.mark.parametrize("token", ["%C3%A9", "%ff", "\u00e9" * 32])
+@pytest.mark.parametrize("token", ["%C3%A9", "%ff", "\u00e9" * 32, "\ud800"])
 def test_any_token_text_is_a_wrong_token_not_a_500(app, api, partition, token):
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
     client = app.test_client()
-    assert client.get(f"/boot/{mid}/fake/{token}/boot.ipxe").status_code == 404
+    if token != "\ud800":  # a lone surrogate only comes in JSON ("\\ud800")
+        assert client.get(f"/boot/{mid}/fake/{token}/boot.ipxe").status_code == 404
     r = client.post(f"/v1/machines/{mid}/boot-report",
                     json={"boot_interface": "fake", "token": token})
     assert r.status_code == 401
