@@ -25,7 +25,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.utils import get_content_type
 
 from metalboot_framework.boot_interface import Artifact
-from metalboot_framework.exceptions import InvalidInput, NotFound
+from metalboot_framework.exceptions import NotFound
 from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
 from metalboot_framework.task import BootTask
@@ -333,9 +333,7 @@ def bearer_token(authorization):
 def check_report(services, conn, machine_id, token, boot_interface):
     """Raise unless a boot report of ``machine_id`` with ``token`` may be recorded."""
     from metalboot_framework.api.auth import Unauthorized
-    if boot_interface not in services.interfaces:  # the token is bound to one
-        raise InvalidInput(f"{boot_interface} is not an enabled boot interface",
-                           fields={"boot_interface": ["not an enabled boot interface"]})
+    services.interfaces.require(boot_interface)  # the token is bound to one
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
     if machine is None or not services.tokens.verify(machine.id, machine.token_generation,

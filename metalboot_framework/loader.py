@@ -11,7 +11,7 @@ import logging
 from stevedore import named
 
 from metalboot_framework.boot_interface import BootInterface
-from metalboot_framework.exceptions import NotFound, PluginLoadError
+from metalboot_framework.exceptions import InvalidInput, NotFound, PluginLoadError
 
 LOG = logging.getLogger(__name__)
 
@@ -39,6 +39,15 @@ class BootInterfaces:
             raise NotFound(f"boot interface {name!r} is not enabled "
                            f"(enabled: {', '.join(self._by_name)})",
                            fields={"boot_interface": ["not an enabled boot interface"]})
+
+    def require(self, name):
+        """The interface a request names: InvalidInput (422, naming the field
+        ``boot_interface``) unless it is enabled."""
+        if name not in self._by_name:
+            raise InvalidInput(f"{name} is not an enabled boot interface "
+                               f"(enabled: {', '.join(self._by_name)})",
+                               fields={"boot_interface": ["not an enabled boot interface"]})
+        return self._by_name[name]
 
     def __contains__(self, name):
         return name in self._by_name

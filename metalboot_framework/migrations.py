@@ -78,10 +78,7 @@ def _skip_reason(machine, target, services):
 
 def create(services, body):
     target = body["boot_interface"]
-    if target not in services.interfaces:
-        raise InvalidInput(f"{target} is not an enabled boot interface "
-                           f"(enabled: {', '.join(services.interfaces.names())})",
-                           fields={"boot_interface": ["not an enabled boot interface"]})
+    services.interfaces.require(target)
     options = {k: body[k] for k in ("max_parallel", "max_failures", "canary", "dry_run")}
     options["boot_timeout"] = body.get("boot_timeout") or \
         services.conf.conductor.default_boot_timeout

@@ -102,10 +102,7 @@ def validate_machine(machine_id, body):
     services = current_services()
     view = inventory.get_machine(services, machine_id)
     name = body.get("boot_interface") or view["boot_interface"]
-    if name not in services.interfaces:
-        raise InvalidInput(f"{name} is not an enabled boot interface",
-                           fields={"boot_interface": ["not an enabled boot interface"]})
-    iface = services.interfaces.get(name)
+    iface = services.interfaces.require(name)
     task = services.task(machine_id, name)
     result = {"machine_id": machine_id, "boot_interface": name, "valid": True,
               "reason": None, "fields": {}}

@@ -5,6 +5,7 @@ returns (the handlers build plain dicts of that shape; tests check them against
 the served OpenAPI document).
 """
 
+import collections
 import ipaddress
 import re
 import urllib.parse
@@ -53,6 +54,11 @@ class JsonBoolean(fields.Boolean):
 
 # Characters that end or split a line of an iPXE script (or of a log).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_word(text):
+    """Whether ``text`` holds no white space or other unprintable character."""
+    return all(c.isprintable() and not c.isspace() for c in text)
 
 
 def no_control_characters(value):
@@ -116,8 +122,7 @@ class HttpUrl(fields.String):
             raise ValidationError(f"Not a valid URL: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid http(s) URL.")
-        if any(c.isspace() or not c.isprintable() for c in value):
-            # it goes into iPXE scripts as one word
+        if not _one_word(value):  # it goes into iPXE scripts as one word
             raise ValidationError("A URL contains no white space or control characters.")
         return value
 
@@ -137,7 +142,7 @@ class BmcAddress(fields.String):
             raise ValidationError(f"Not a valid BMC address: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid BMC address (host, host:port or http(s) URL).")
-        if any(c.isspace() or not c.isprintable() for c in url):
+        if not _one_word(url):
             raise ValidationError("A BMC address contains no white space.")
         if parsed.username is not None or parsed.password is not None:
             # it is shown in every answer about the machine; the password is not
@@ -502,9 +507,8 @@ class SelectorSchema(StrictSchema):
         if "machines" in data and ({"boot_interface", "state"} & set(data)):
             raise ValidationError("boot_interface and state filter a partition selector only.",
                                   "_schema")
-        twice = sorted({m for m in data.get("machines", ()) if data["machines"].count(m) > 1}
-                       if len(set(data.get("machines", ()))) != len(data.get("machines", ()))
-                       else ())
+        twice = sorted(m for m, n in collections.Counter(data.get("machines", ())).items()
+                       if n > 1)
         if twice:
             raise ValidationError(f"Machines given twice: {', '.join(twice[:10])}.", "machines")
 

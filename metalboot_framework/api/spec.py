@@ -71,16 +71,30 @@ def _load(schema, data, location, many=False):
                            fields=fields)
 
 
-def _nul_field(value, path=""):
-    """The path of the first string holding a NUL character (no database stores one)."""
+# Levels of arrays and objects a request body may nest: far beyond any schema's,
+# and far below the recursion that would fail the parser (and later the JSON
+# column's encoder) with a 500.
+MAX_JSON_DEPTH = 32
+
+
+def _nul_field(value, path="", depth=0):
+    """The path of the first string holding a NUL character (no database stores
+    one). The same walk measures the nesting: BadRequest past
+    :data:`MAX_JSON_DEPTH` levels of arrays and objects."""
     if isinstance(value, str):
         return path or "_schema" if "\x00" in value else None
-    items = value.items() if isinstance(value, dict) else enumerate(value) \
-        if isinstance(value, list) else ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    if depth == MAX_JSON_DEPTH:
+        raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     for key, item in items:
         if isinstance(key, str) and "\x00" in key:
             return f"{path}.{key}" if path else key
-        found = _nul_field(item, f"{path}.{key}" if path else str(key))
+        found = _nul_field(item, f"{path}.{key}" if path else str(key), depth + 1)
         if found:
             return found
     return None
@@ -91,12 +105,6 @@ def reject_nul(data):
     if field:
         raise InvalidInput(f"{field}: NUL characters are not allowed",
                            fields={field: ["NUL characters are not allowed."]})
-
-
-# Levels of arrays and objects a request body may nest: far beyond any schema's,
-# and far below the recursion that would fail the parser (and later the JSON
-# column's encoder) with a 500.
-MAX_JSON_DEPTH = 32
 
 
 class _NotFinite(ValueError):
@@ -129,15 +137,6 @@ def parse_json(raw):
         raise BadRequest("the body is not valid JSON")
     if data is None:
         raise BadRequest("the body is JSON null")
-    level = [data]
-    for _ in range(MAX_JSON_DEPTH):
-        level = [v for item in level if isinstance(item, (dict, list))
-                 for v in (item.values() if isinstance(item, dict) else item)]
-        if not level:
-            break
-    else:
-        if any(isinstance(v, (dict, list)) for v in level):
-            raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     reject_nul(data)
     return data
 

@@ -26,17 +26,18 @@ def check_options(conf=CONF):
     command now with one line naming it: oslo.config checks a value only when
     it is first read, which for some is in a thread hours later. Call it again
     once plugins have registered theirs."""
-    for name in conf:
+    for name in conf:  # DEFAULT's options and the groups
         try:
             value = conf[name]
-            if isinstance(value, cfg.ConfigOpts.GroupAttr):
-                for option in value:
-                    try:
-                        value[option]
-                    except (cfg.Error, ValueError) as exc:
-                        fail(f"configuration error: [{name}] {option}: {_reason(exc)}")
         except (cfg.Error, ValueError) as exc:
             fail(f"configuration error: [DEFAULT] {name}: {_reason(exc)}")
+        if not isinstance(value, cfg.ConfigOpts.GroupAttr):
+            continue
+        for option in value:
+            try:
+                value[option]
+            except (cfg.Error, ValueError) as exc:
+                fail(f"configuration error: [{name}] {option}: {_reason(exc)}")
 
 
 def _reason(exc):

@@ -31,8 +31,6 @@ def main(argv=None):
                         f"metalboot-dbsync only upgrades (restore a backup to go back)")
         db.upgrade(CONF.revision)
         print(f"database at revision {db.current_revision()}")
-    except SystemExit:
-        raise
     except Exception as exc:  # one line for the operator, not a traceback
         common.fail(f"schema upgrade failed: {type(exc).__name__}: {exc}")
     return 0
