@@ -493,12 +493,14 @@ def test_concurrent_misses_share_one_query_and_expire():
 
     async def scenario():
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            cache = BatchCache(pool, load, ttl=0.3, batch_size=1000)
+            # a ttl far above the load's 50 ms: a busy CI machine must not expire
+            # the entry before the "cached" check
+            cache = BatchCache(pool, load, ttl=2.0, batch_size=1000)
             values = await asyncio.gather(*(cache.get(k) for k in [1, 2, 3, 10, 2, 1] * 20))
             assert values == [2, 4, 6, None, 4, 2] * 20
             assert calls == [([1, 2, 3, 10], {})]  # one query for every concurrent miss
             assert await cache.get(3) == 6 and len(calls) == 1  # cached
-            await asyncio.sleep(0.35)
+            await asyncio.sleep(2.05)
             # expired: read again, given what it held (a None is not held)
             assert await cache.get(3) == 6 and calls[-1] == ([3], {3: 6})
             assert await cache.get(10) is None and calls[-1] == ([10], {})
