@@ -278,6 +278,15 @@ class Snapshot:
         return found
 
 
+class _GroupFuture(asyncio.Future):
+    """The future a group of evidence rows shares: a request that is cancelled
+    while it waits (its client went away) must not cancel the others' (a task
+    cancelled while it awaits this future is cancelled when the future is done)."""
+
+    def cancel(self, msg=None):
+        return False
+
+
 class EvidenceWriter:
     """Group commit of boot evidence: :meth:`add` queues a row and returns a
     future that is resolved once the row is committed (with its id when asked).
@@ -298,7 +307,7 @@ class EvidenceWriter:
         self.batch_wait = batch_wait
         self.log_rows = log_rows
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "boot-evidence")
-        self._queue = []  # (row, future, with_id)
+        self._queue = []  # groups of rows: (future, [row, ...], with_id)
         self._busy = False
         self._timer = None
         self._loop = asyncio.get_running_loop()  # made on the event loop
@@ -311,28 +320,54 @@ class EvidenceWriter:
         self.rows = 0
 
     def add(self, row, with_id=False):
+        """A future resolved once ``row`` is committed (to its id ``with_id``).
+
+        Rows without an id wait in groups of up to ``batch_size`` that share one
+        future (in a storm, thousands a second: a future and a callback each
+        cost the event loop more than the row's INSERT); a row with its id has a
+        group of its own. A batch takes whole groups, so a group is committed,
+        or fails, in one transaction.
+        """
+        queue = self._queue
+        if not with_id and queue:
+            group = queue[-1]
+            if not group[2] and len(group[1]) < self.batch_size:
+                group[1].append(row)
+                return group[0]
         loop = self._loop
-        future = loop.create_future()
-        self._queue.append((row, future, with_id))
+        future = loop.create_future() if with_id else _GroupFuture(loop=loop)
+        queue.append((future, [row], with_id))
         self._idle.clear()
         if not self._busy and self._timer is None:
             self._timer = loop.call_later(self.batch_wait, self._flush) if self.batch_wait \
                 else loop.call_soon(self._flush)
         return future
 
+    def _take(self):
+        """The next batch of groups: as many whole groups as fit in
+        ``batch_size`` rows, at least one."""
+        queue, size, taken = self._queue, 0, 0
+        while taken < len(queue) and (not taken or size + len(queue[taken][1])
+                                       <= self.batch_size):
+            size += len(queue[taken][1])
+            taken += 1
+        batch = queue[:taken]
+        del queue[:taken]
+        return batch
+
     def _flush(self):
         self._timer = None
         while self._queue and not self._busy:
-            batch = self._queue[:self.batch_size]
-            del self._queue[:self.batch_size]
+            batch = self._take()
             # one time for the batch: when it leaves the queue, at most a commit
             # after each of its fetches (never before one)
             now = models.utcnow()
             rows = []
-            for row, _, with_id in batch:
-                if row["created_at"] is None:
-                    row["created_at"] = now
-                rows.append((row, with_id))
+            for _, group, with_id in batch:
+                for row in group:
+                    if row["created_at"] is None:
+                        row["created_at"] = now
+                    rows.append((row, with_id))
             if self._inline:
                 try:
                     ids = self._write(rows, nowait=True)
@@ -368,16 +403,18 @@ class EvidenceWriter:
         self._flush()  # what queued during this commit: the next batch, now
 
     def _answer(self, batch, ids, exc):
+        rows = sum(len(group) for _, group, _ in batch)
         if exc is not None:
-            LOG.error("cannot record %d boot evidence rows: %s: %s", len(batch),
+            LOG.error("cannot record %d boot evidence rows: %s: %s", rows,
                       type(exc).__name__, exc)
         ids = iter(ids or ())
         self.batches += 1
-        self.rows += len(batch) if exc is None else 0
-        for row, future, with_id in batch:
+        self.rows += rows if exc is None else 0
+        for future, group, with_id in batch:
             evidence_id = next(ids) if with_id and exc is None else None
             if self.log_rows and exc is None:
-                artifacts.log_evidence(evidence_id, row)
+                for row in group:
+                    artifacts.log_evidence(evidence_id, row)
             if not future.done():
                 if exc is not None:
                     future.set_exception(exc)

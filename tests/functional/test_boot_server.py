@@ -507,6 +507,53 @@ def test_concurrent_misses_share_one_query_and_expire():
 
     asyncio.run(scenario())
 
+def test_evidence_rows_share_a_future_per_group_and_a_cancel_is_the_waiters_own(services):
+    """Rows without an id wait in groups of up to batch_size sharing one future;
+    a batch takes whole groups; a request cancelled while it waits (its client
+    went away) is cancelled alone, and its row is committed all the same."""
+    from metalboot_framework import artifacts
+    from metalboot_framework.cmd.boot_server import EvidenceWriter
+
+    def row(machine_id, kind="fetch"):
+        return artifacts.evidence_row(machine_id, FAKE, kind, "boot.ipxe", "10.0.0.1",
+                                      timed=False)
+
+    async def scenario():
+        writer = EvidenceWriter(services, batch_size=4, batch_wait=0.05)
+
+        async def fetch(machine_id):
+            return await writer.add(row(machine_id))
+
+        async def report():
+            return await writer.add(row("m-report", "report"), with_id=True)
+
+        first = [asyncio.ensure_future(fetch(f"m{i}")) for i in range(5)]
+        reported = asyncio.ensure_future(report())
+        later = [asyncio.ensure_future(fetch(f"m{i}")) for i in range(5, 10)]
+        await asyncio.sleep(0)  # every row queued, none committed yet
+        assert writer.rows == 0
+        # groups: m0-m3 | m4 | the report | m5-m8 | m9
+        assert [len(group) for _, group, _ in writer._queue] == [4, 1, 1, 4, 1]
+        # one future per group: 5 for 11 rows
+        assert len({id(future) for future, _, _ in writer._queue}) == 5
+        first[1].cancel()
+        results = await asyncio.gather(*first, reported, *later, return_exceptions=True)
+        await writer.close()
+        return results, writer
+
+    results, writer = asyncio.run(scenario())
+    assert isinstance(results[1], asyncio.CancelledError)
+    fetches = results[:1] + results[2:5] + results[6:]
+    assert fetches == [None] * 9
+    assert isinstance(results[5], int) and results[5] > 0  # the report's evidence id
+    # batches of whole groups, at most 4 rows unless one group is more:
+    # [m0-m3], [m4, report], [m5-m8], [m9]
+    assert (writer.batches, writer.rows) == (4, 11)
+    with services.db.read_conn() as conn:
+        stored = conn.execute(sqlalchemy.select(models.BootEvidence.machine_id)).scalars().all()
+    assert sorted(stored) == sorted([f"m{i}" for i in range(10)] + ["m-report"])
+
+
 NOT_FOUND = {"error": {"code": 404, "message": NotFound.description, "fields": {}}}
 
 
