@@ -95,10 +95,16 @@ class BatchCache:
     ``refresh({key: value})`` (in ``executor``) returns the keys whose values
     are still current, and those are kept another ``ttl`` from the moment the
     check began. A key asked for again and again then never waits for a load;
-    one left alone expires as before."""
+    one left alone expires as before.
+
+    The checks begin every half ``ttl`` (from one beginning to the next, not
+    from one's end), so that a check may take up to half ``ttl`` and still
+    renew the entries before they expire: in a storm the check's thread waits
+    for the GIL, and a check of 10,000 machines took 165 ms on average and up
+    to 390 ms; begun at 0.8 ``ttl``, it let 40% of the requests miss."""
 
     STALE_KEEP = 120.0  # seconds an expired entry is kept for ``load``
-    REFRESH_AT = 0.8  # of ``ttl``: when the background check of entries begins
+    REFRESH_AT = 0.5  # of ``ttl``: the time between two beginnings of the background check
     REFRESH_WINDOW = 30.0  # seconds since a key was last asked for
 
     def __init__(self, executor, load, ttl, batch_size, max_loads=2, refresh=None):
@@ -161,8 +167,9 @@ class BatchCache:
         loop = asyncio.get_running_loop()
         interval = self._ttl * self.REFRESH_AT
         rounds = max(1, int(self.REFRESH_WINDOW / interval))
+        began = loop.time()
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(0.0, began + interval - loop.time()))
             began = loop.time()
             self._round += 1
             oldest = self._round - rounds

@@ -463,6 +463,38 @@ def test_background_refresh_keeps_only_unchanged_entries():
     asyncio.run(scenario())
 
 
+def test_background_refresh_slower_than_a_fifth_of_the_ttl_still_keeps_entries():
+    """A check that takes 0.3 ttl (a storm: its thread waits for the GIL) renews
+    the entries before they expire: checks begin every half ttl, counted from
+    one beginning to the next. Begun 0.8 ttl after the previous one ended, the
+    entry expired before each check's answer and every fetch loaded it again."""
+    from metalboot_framework.cmd.boot_server import BatchCache
+
+    loads = []
+
+    def load(keys, _stale):
+        loads.append(sorted(keys))
+        return {k: f"v{k}" for k in keys}
+
+    def refresh(held):
+        time.sleep(0.3)
+        return list(held)
+
+    async def scenario():
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            cache = BatchCache(pool, load, ttl=1.0, batch_size=100, refresh=refresh)
+            cache.start()
+            try:
+                for _ in range(70):  # 3.5 s: three ttls, six checks
+                    assert await cache.get(1) == "v1"
+                    await asyncio.sleep(0.05)
+            finally:
+                await cache.stop()
+
+    asyncio.run(scenario())
+    assert loads == [[1]]
+
+
 def test_workers_zero_is_one_per_cpu(boot_pair):
     api, boot = boot_pair(extra="workers = 0\n")
     ids = register(api, 1)
