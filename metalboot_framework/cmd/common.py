@@ -50,15 +50,26 @@ def _reason(exc):
     return message.split(" is not valid: ", 1)[-1]
 
 
-def setup_logging(debug=False, log_format=None):
+def setup_logging(debug=False, log_format=None, queued=False):
     """Log to stderr as ``[DEFAULT] log_format`` says, with request ids and
-    secrets masked on every line (:mod:`metalboot_framework.logs`)."""
+    secrets masked on every line (:mod:`metalboot_framework.logs`).
+
+    ``queued``: lines are written by a thread of their own
+    (:class:`metalboot_framework.logs.QueuedHandler`), for a process of many
+    threads that log (the conductor's workers); not for a process that forks
+    after this (the listener thread would not be in the child).
+    """
     if log_format is None:
         log_format = getattr(CONF, "log_format", None) or "text"
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=LOG_FORMAT,
                         stream=sys.stderr)
-    for handler in logging.getLogger().handlers:
-        logs.install(handler, log_format)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if queued:
+            root.removeHandler(handler)
+            root.addHandler(logs.install_queued(handler, log_format))
+        else:
+            logs.install(handler, log_format)
     for noisy in ("stevedore", "alembic.runtime.migration", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

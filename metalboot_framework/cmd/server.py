@@ -55,7 +55,7 @@ def run(name, description, argv, with_api=True, with_conductor=True):
 
 def _run(name, description, argv, with_api, with_conductor):
     common.parse_args(sys.argv[1:] if argv is None else argv, description)
-    common.setup_logging(CONF.debug)
+    common.setup_logging(CONF.debug, queued=with_conductor)
     if with_api:
         check_listen_address()
     services = load_services()

@@ -122,3 +122,51 @@ def test_filter_adds_request_id_and_masks():
     text.addFilter(logs.ContextFilter())
     assert isinstance(text.formatter, logging.Formatter)
     assert "[%(request_id)s]" in text.formatter._fmt
+
+
+def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener():
+    """What a conductor's workers log is made whole where it is logged (request
+    id, masked secrets, arguments as they were, the traceback as text) and
+    written by the listener thread: the same lines as without the queue."""
+    import io
+    import threading
+
+    out = io.StringIO()
+    queued = logs.install_queued(logging.StreamHandler(out), "text")
+    logger = logging.getLogger("metalboot_framework.test_queued")
+    logger.addHandler(queued)
+    logger.propagate = False
+    logs.register_secret("api-token-for-the-queue-test")
+    changing = ["before"]
+    written_by = []
+    stream = queued.listener.handlers[0]
+    original_emit = stream.emit
+
+    def emit(record):
+        written_by.append(threading.current_thread().name)
+        original_emit(record)
+
+    stream.emit = emit
+    try:
+        logs.set_request_id("rid-queued")
+        logger.warning("args %s, token %s", changing, "api-token-for-the-queue-test")
+        changing[0] = "after"  # the line keeps the value it was logged with
+        logs.clear_request_id()
+        logger.warning("GET %s 404", "/v1/x\n2026-12-01 04:00:00,000 ERROR forged")
+        try:
+            raise ValueError("api-token-for-the-queue-test in a traceback")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logs.clear_request_id()
+        queued.listener.stop()  # writes what is queued, as at the process's exit
+        logger.removeHandler(queued)
+        logger.propagate = True
+    lines = out.getvalue().splitlines()
+    assert "[rid-queued]: args ['before'], token ***" in lines[0]
+    assert "[-]: GET /v1/x\\n2026-12-01 04:00:00,000 ERROR forged 404" in lines[1]
+    assert lines[2].endswith("[-]: failed")
+    assert lines[3] == "Traceback (most recent call last):"  # tracebacks keep their lines
+    assert "ValueError: *** in a traceback" in lines
+    assert "api-token-for-the-queue-test" not in out.getvalue()
+    assert written_by and threading.current_thread().name not in written_by
