@@ -280,39 +280,32 @@ def insert_evidence(conn, rows, with_ids=False):
     return None
 
 
-# Rows per multi-row INSERT on SQLite: 7 values each stay below the 999 bound
-# variables of SQLite before 3.32.
-SQLITE_ROWS_PER_INSERT = 128
-
-
 def _insert_evidence_sqlite(conn, rows):
-    """A boot storm's evidence as multi-row INSERTs through the driver.
-
-    An executemany steps SQLite once per row, and the sqlite3 module lets go of
-    the GIL for each step: in a boot server whose event loop wants the GIL back
-    at once, a batch of 150 rows took 12 ms instead of 2. One statement per
-    :data:`SQLITE_ROWS_PER_INSERT` rows is one step."""
+    """A boot storm's evidence as multi-row INSERTs through the driver
+    (:func:`driver_insert.insert_rows`): a batch of 150 rows took 12 ms
+    instead of 2 as an executemany, in a boot server whose event loop wants
+    the GIL back at every step."""
     sql, binders = driver_insert.statement(_EVIDENCE, EVIDENCE_COLUMNS, conn.dialect)
     # a batch's rows mostly share their time and their data (None): each such
     # value is processed once
     processed = [{} for _ in binders]
-    for start in range(0, len(rows), SQLITE_ROWS_PER_INSERT):
-        chunk = rows[start:start + SQLITE_ROWS_PER_INSERT]
-        values = []
-        for row in chunk:
-            for (name, bind), seen in zip(binders, processed, strict=True):
-                value = row[name]
-                if bind is None:
-                    pass
-                elif value is None or type(value) is datetime.datetime:
-                    found = seen.get(value, seen)
-                    if found is seen:
-                        found = seen[value] = bind(value)
-                    value = found
-                else:
-                    value = bind(value)
-                values.append(value)
-        conn.exec_driver_sql(driver_insert.multi_row(sql, len(chunk)), tuple(values))
+    values = []
+    for row in rows:
+        one = []
+        for (name, bind), seen in zip(binders, processed, strict=True):
+            value = row[name]
+            if bind is None:
+                pass
+            elif value is None or type(value) is datetime.datetime:
+                found = seen.get(value, seen)
+                if found is seen:
+                    found = seen[value] = bind(value)
+                value = found
+            else:
+                value = bind(value)
+            one.append(value)
+        values.append(one)
+    driver_insert.insert_rows(conn, sql, values)
 
 
 def log_evidence(evidence_id, row):

@@ -76,7 +76,9 @@ def insert_events(conn, units):
 
 
 def _insert_events_sqlite(conn, pending):
-    """SQLite: ids from here on the newest, and one executemany of the driver.
+    """SQLite: ids from here on the newest, and multi-row INSERTs through the
+    driver (:func:`driver_insert.insert_rows`: not an executemany, which steps
+    once per row).
 
     SQLAlchemy can only return SQLite's ids in the rows' order by inserting them
     one statement at a time (most of a step's cost to the group commit). Every
@@ -92,7 +94,7 @@ def _insert_events_sqlite(conn, pending):
         ev.id = first + n
         rows.append(tuple(bind(getattr(ev, name)) if bind else getattr(ev, name)
                           for name, bind in binders))
-    conn.exec_driver_sql(sql, rows)
+    driver_insert.insert_rows(conn, sql, rows)
 
 
 def event_dict(ev):
