@@ -181,8 +181,12 @@ def install(handler, log_format="text"):
     """Give ``handler`` the filter and the formatter of ``log_format``."""
     if not any(isinstance(f, ContextFilter) for f in handler.filters):
         handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(_formatter(log_format))
     return handler
+
+
+def _formatter(log_format):
+    return JsonFormatter() if log_format == "json" else TextFormatter()
 
 
 class QueuedHandler(logging.handlers.QueueHandler):
@@ -197,6 +201,10 @@ class QueuedHandler(logging.handlers.QueueHandler):
     the lock: a step's line took 12-22 ms. Handed over, it takes the time of
     a queue's put. No lock is taken: the queue is thread-safe."""
 
+    def __init__(self, records):
+        super().__init__(records)
+        self.addFilter(ContextFilter())  # in the logging thread: its request id
+
     def handle(self, record):
         passed = self.filter(record)
         if passed:
@@ -205,10 +213,9 @@ class QueuedHandler(logging.handlers.QueueHandler):
 
     def prepare(self, record):
         record.msg, record.args = record.getMessage(), None
-        if record.exc_info:
-            if not record.exc_text:  # ContextFilter makes it; a record it did not see
-                record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
-            record.exc_info = None  # the listener's formatter appends exc_text
+        # ContextFilter wrote the traceback to exc_text (masked), which the
+        # listener's formatter appends
+        record.exc_info = None
         return record
 
 
@@ -228,10 +235,9 @@ def install_queued(handler, log_format="text"):
     (formatted as ``log_format``); the listener writes what is queued when the
     process exits."""
     handler.filters = [f for f in handler.filters if not isinstance(f, ContextFilter)]
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(_formatter(log_format))
     records = queue.SimpleQueue()
     queued = QueuedHandler(records)
-    queued.addFilter(ContextFilter())
     queued.listener = _Listener(records, handler)
     queued.listener.start()
     atexit.register(queued.listener.stop)

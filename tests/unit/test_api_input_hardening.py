@@ -146,9 +146,11 @@ def test_migration_state_conflicts_say_what_was_refused(api, partition):
         f"can be resumed")
 
 
-def test_text_log_lines_cannot_be_forged():
+@pytest.mark.parametrize("queued", [False, True], ids=["direct", "queued"])
+def test_text_log_lines_cannot_be_forged(queued):
     out = io.StringIO()
-    handler = logs.install(logging.StreamHandler(out))
+    install = logs.install_queued if queued else logs.install
+    handler = install(logging.StreamHandler(out))
     logger = logging.getLogger("metalboot.test.forge")
     logger.addHandler(handler)
     logger.propagate = False
@@ -159,6 +161,8 @@ def test_text_log_lines_cannot_be_forged():
         except ValueError:
             logger.exception("failed\r")
     finally:
+        if queued:
+            handler.listener.stop()  # writes what is queued
         logger.removeHandler(handler)
     lines = out.getvalue().splitlines()
     assert not any(line.startswith("2026-12-01 04:00:00,000") for line in lines)

@@ -247,7 +247,8 @@ def test_deferred_events_are_the_rows_a_single_insert_writes(tmp_path, database_
     """The group commit's events (on SQLite written with ids given in the write
     transaction and the driver's multi-row INSERTs, here split every 2 rows)
     are stored exactly as one INSERT .. RETURNING of the same event stores
-    them, with ids in order after the newest. Also on PostgreSQL (SQLAlchemy's multi-row path there)."""
+    them, with ids in order after the newest. Also on PostgreSQL (SQLAlchemy's
+    multi-row path there)."""
     import datetime
 
     from metalboot_framework.services import UnitOfWork, insert_events

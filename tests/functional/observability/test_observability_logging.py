@@ -127,7 +127,7 @@ def test_filter_adds_request_id_and_masks():
 def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener():
     """What a conductor's workers log is made whole where it is logged (request
     id, masked secrets, arguments as they were, the traceback as text) and
-    written by the listener thread: the same lines as without the queue."""
+    written by the listener thread."""
     import io
     import threading
 
@@ -152,7 +152,6 @@ def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener
         logger.warning("args %s, token %s", changing, "api-token-for-the-queue-test")
         changing[0] = "after"  # the line keeps the value it was logged with
         logs.clear_request_id()
-        logger.warning("GET %s 404", "/v1/x\n2026-12-01 04:00:00,000 ERROR forged")
         try:
             raise ValueError("api-token-for-the-queue-test in a traceback")
         except ValueError:
@@ -164,9 +163,8 @@ def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener
         logger.propagate = True
     lines = out.getvalue().splitlines()
     assert "[rid-queued]: args ['before'], token ***" in lines[0]
-    assert "[-]: GET /v1/x\\n2026-12-01 04:00:00,000 ERROR forged 404" in lines[1]
-    assert lines[2].endswith("[-]: failed")
-    assert lines[3] == "Traceback (most recent call last):"  # tracebacks keep their lines
+    assert lines[1].endswith("[-]: failed")  # (forged lines: test_api_input_hardening)
+    assert lines[2] == "Traceback (most recent call last):"  # tracebacks keep their lines
     assert "ValueError: *** in a traceback" in lines
     assert "api-token-for-the-queue-test" not in out.getvalue()
     assert written_by and threading.current_thread().name not in written_by
