@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, func, select, update
 from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
 from metalboot_framework.boot_interface import Evidence
+from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.removal import Remover
@@ -38,24 +39,6 @@ MM = models.MigrationMachine
 RESCAN_INTERVAL = 2.0
 
 _MMT = MM.__table__
-# A tick's view of a migration: counts of the steps that are few (under way,
-# failed), read through the (migration_id, state) index, and whether machines
-# are still queued -- never a count over all of them, which grows with the fleet.
-_TALLIED = tuple(dict.fromkeys(mig.IN_FLIGHT + mig.FAILED + ("cancelled",)))
-_TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state.in_(_TALLIED)) \
-    .group_by(_MMT.c.state, _MMT.c.canary)
-# Canaries are the first queued machines and start first: the first queued one
-# tells whether any (canary) machine is still queued.
-_FIRST_QUEUED = select(_MMT.c.canary).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
-    .order_by(_MMT.c.position).limit(1)
-_QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
-    .order_by(_MMT.c.position).limit(bindparam("n"))
-_CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
-_LOCK_MIGRATION = select(models.Migration.id).where(
-    models.Migration.id == bindparam("mig")).with_for_update()
 _EV = models.BootEvidence.__table__
 _NEWEST_EVIDENCE = select(func.max(_EV.c.id))
 _WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
@@ -106,6 +89,7 @@ class Conductor:
     def stop(self, timeout=10):
         """Stop starting work, let running steps finish, release what we hold."""
         self._stop.set()
+        self.runner.stopping = True
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout)
@@ -229,21 +213,24 @@ class Conductor:
                     migration.state in ("cancelling", "halted"):
                 self._close_if_finished(migration)
 
-    def _tally(self, migration_id, conn=None):
-        """{(step, canary): machines} for the steps in _TALLIED, plus ("queued",
-        canary of the first queued machine): 1 while machines are queued."""
-        if conn is None:
-            with self.services.db.read_conn() as conn:
-                return self._tally(migration_id, conn)
-        params = {"mig": migration_id}
-        tally = {(state, bool(canary)): n for state, canary, n in conn.execute(_TALLY, params)}
-        first = conn.execute(_FIRST_QUEUED, params).first()
-        if first is not None:
-            tally[("queued", bool(first.canary))] = 1
-        return tally
+    def _tally(self, migration_id):
+        with self.services.db.read_conn() as conn:
+            return admission.tally(conn, migration_id)
 
     def _submit(self, migration_id, machine_id, job=None):
-        return self._start(machine_id, self.runner.run, migration_id, machine_id, job)
+        held = [machine_id]  # what the worker runs now: it may go on to a successor
+
+        def switch(old, new):
+            with self._in_flight_lock:
+                if new in self._in_flight or self._stop.is_set():
+                    return False
+                self._in_flight.discard(old)
+                self._in_flight.add(new)
+                held[0] = new
+                return True
+
+        return self._start(machine_id, self.runner.run, migration_id, machine_id, job, switch,
+                           held=held)
 
     def _hand_over(self, migration_id, machine_ids, jobs):
         """Hand machines the tick moved into a runnable step to workers: with the
@@ -256,13 +243,14 @@ class Conductor:
             if machine_id not in jobs:  # locked by someone else: its worker or a scan
                 self._submit(migration_id, machine_id)
 
-    def _start(self, machine_id, work, *args):
-        """Hand work on a machine to a worker unless one already has the machine."""
+    def _start(self, machine_id, work, *args, held=None):
+        """Hand work on a machine to a worker unless one already has the machine.
+        ``held``: [the machine the work is on], kept current by the work."""
         with self._in_flight_lock:
             if machine_id in self._in_flight:
                 return False
             self._in_flight.add(machine_id)
-        self._pool.submit(self._work, machine_id, work, *args)
+        self._pool.submit(self._work, held or [machine_id], work, *args)
         return True
 
     def _idle_workers(self):
@@ -301,53 +289,37 @@ class Conductor:
                 self._submit(migration.id, machine_id)
                 idle -= 1
 
-    def _work(self, machine_id, work, *args):
+    def _work(self, held, work, *args):
         """Run the machine's steps (or its enrolment) while they are runnable."""
         try:
             work(*args)
         except Exception:
-            LOG.exception("work on machine %s failed", machine_id)
+            LOG.exception("work on machine %s failed", held[0])
         finally:
             with self._in_flight_lock:
-                self._in_flight.discard(machine_id)
+                self._in_flight.discard(held[0])
             self._wake.set()
 
     def _start_queued(self, migration, tally):
         """queued -> validating for as many machines as max_parallel and this
-        conductor's idle workers allow.
+        conductor's idle workers allow (:mod:`.admission`).
 
-        Counting and starting happen in one transaction that holds the
-        migration's row lock, so conductors sharing a database never start more
-        than max_parallel machines between them.
+        Take only what this conductor's workers can run now: machines started
+        but waiting in a queue would hold max_parallel slots that another
+        conductor's idle workers could use.
         """
         if not any(n for (state, _), n in tally.items() if state == "queued"):
             return
-        # Take only what this conductor's workers can run now: machines started
-        # but waiting in a queue would hold max_parallel slots that another
-        # conductor's idle workers could use.
+        in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
+        if in_flight >= migration.options["max_parallel"]:
+            return  # full (as of the tally): no write transaction to find that out
         idle = self._idle_workers()
         if idle <= 0:
             return
-        options = migration.options
-        with self.services.write(core=True) as unit:
-            conn = unit.session
-            conn.execute(_LOCK_MIGRATION, {"mig": migration.id})
-            tally = self._tally(migration.id, conn)
-            in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
-            capacity = min(options["max_parallel"] - in_flight, idle)
-            if capacity <= 0:
-                return
-            canaries_open = sum(n for (state, canary), n in tally.items()
-                                if canary and state not in mig.SUCCEEDED)
-            starts = [Transition(migration.id, machine_id, "queued", "validating",
-                                 "started" + (" (canary)" if canary else ""), options=options)
-                      for machine_id, canary in conn.execute(
-                          _CANARIES_QUEUED if canaries_open else _QUEUED,
-                          {"mig": migration.id, "n": capacity}).all()]
-            started = [done for done in self.runner.apply_many(
-                conn, starts, [unit] * len(starts)) if done is not None]
-            # take their locks and read their first step now: one query for all
-            jobs = self.runner.claim_many(conn, migration.id, [d[1] for d in started])
+        dones, locked = self.services.write_grouped(
+            lambda unit: self.runner.start_many(unit.session, migration.id, idle, [unit] * idle))
+        jobs = self.runner.read_jobs(migration.id, locked)
+        started = [done for done in dones if done is not None]
         for done in started:
             self.runner.announce(done)
         self._hand_over(migration.id, [done[1] for done in started], jobs)
@@ -408,50 +380,45 @@ class Conductor:
                                             reason=error, error=error)))
         if not moves:
             return
-        with self.services.write(core=True) as unit:
-            conn = unit.session
-            dones = self.runner.apply_many(conn, [
-                Transition(w.migration_id, w.machine_id, **change) for w, _, change in moves],
-                [unit] * len(moves))
-            moved = [(w, found, done) for (w, found, _), done in zip(moves, dones, strict=True)
-                     if done is not None]
+        transitions = [Transition(w.migration_id, w.machine_id, **change)
+                       for w, _, change in moves]
+
+        def move(unit):  # group-committed: may run twice
+            dones = self.runner.apply_many(unit.session, transitions, [unit] * len(moves))
             by_migration = {}
-            for w, _, done in moved:
-                if done[3] in RUNNABLE:
+            for w, done in zip((w for w, _, _ in moves), dones, strict=True):
+                if done is not None and done[3] in RUNNABLE:
                     by_migration.setdefault(w.migration_id, []).append(w.machine_id)
-            jobs = {mid: self.runner.claim_many(conn, mid, ids)
-                    for mid, ids in by_migration.items()}
-        for w, found, done in moved:
+            return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
+                           for mid, ids in by_migration.items()}
+
+        dones, locked = self.services.write_grouped(move)
+        jobs = {mid: self.runner.read_jobs(mid, taken) for mid, (_, taken) in locked.items()}
+        for (w, found, _), done in zip(moves, dones, strict=True):
+            if done is None:
+                continue
             self.runner.announce(done)
             if found is not None:
                 metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
                                               found.created_at)
-        for migration_id, machine_ids in by_migration.items():
+        for migration_id, (machine_ids, _) in locked.items():
             self._hand_over(migration_id, machine_ids, jobs[migration_id])
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""
-        failing = ("rolling_back",) + mig.FAILED
-        failures = sum(n for (state, _), n in tally.items() if state in failing)
-        if not failures:
+        if not admission.failures(tally):
             return False
-        failed_canary = None
-        if any(n for (state, canary), n in tally.items() if canary and state in failing):
+        reason = None
+        if admission.canary_failing(tally):
             with self.services.db.read() as s:
                 failed_canary = s.execute(select(MM.machine_id, MM.last_error).where(
                     MM.migration_id == migration.id, MM.canary.is_(True),
-                    MM.state.in_(failing)).order_by(MM.position)).first()
-        reason = None
-        if failed_canary is not None:
-            reason = f"canary machine {failed_canary.machine_id} failed: {failed_canary.last_error}"
-        budget = migration.options.get("max_failures")
-        if reason is None and budget:
-            if "count" in budget and failures > budget["count"]:
-                reason = f"{failures} machines failed, more than max_failures {budget['count']}"
-            elif "percent" in budget and migration.total and \
-                    failures * 100.0 / migration.total > budget["percent"]:
-                reason = (f"{failures} of {migration.total} machines failed, more than "
-                          f"max_failures {budget['percent']:g}%")
+                    MM.state.in_(admission.FAILING)).order_by(MM.position)).first()
+            if failed_canary is not None:
+                reason = (f"canary machine {failed_canary.machine_id} failed: "
+                          f"{failed_canary.last_error}")
+        if reason is None:
+            reason = admission.over_budget(tally, migration.options, migration.total)
         if reason is None:
             return False
         if self._set_state(migration.id, "running", "halted", reason):

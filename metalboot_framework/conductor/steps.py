@@ -19,6 +19,7 @@ import time
 from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
+from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import RELEASE
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.migrations import MM
@@ -112,6 +113,10 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+# Ends whose slot the same worker fills at once with the next queued machine. A
+# machine that failed gives its slot back to the scheduler instead, which
+# looks at the failure budget before it starts another.
+_REFILLING = ("done", "valid", "skipped")
 # Where a machine is back at rest when it gets there.
 _AT_REST = ("rolled_back", "skipped", "cancelled")
 _FINISHED = ("done", "rollback_failed", "valid", "invalid") + _AT_REST
@@ -121,8 +126,10 @@ _FINISHED = ("done", "rollback_failed", "valid", "invalid") + _AT_REST
 class Transition:
     """One machine's move from one persisted step to the next.
 
-    ``release`` also drops this conductor's lock on the machine; ``names`` is
-    (source, target) interface names, if the caller knows them.
+    ``release`` also drops this conductor's lock on the machine; ``refill``:
+    the slot this (final) move frees may start the next queued machine in the
+    same transaction (:meth:`StepRunner.start_many`); ``names`` is (source,
+    target) interface names, if the caller knows them.
     """
 
     migration_id: str
@@ -135,6 +142,7 @@ class Transition:
     release: bool = False
     options: dict | None = None
     names: tuple | None = None
+    refill: bool = False
 
 
 @dataclasses.dataclass
@@ -152,6 +160,10 @@ class Job:
     machine: object
     partition: object
     released: bool = False
+    refill: bool = False  # its end may start the next queued machine (run's switch)
+    # the machine started in the slot this one freed, its lock taken: the same
+    # worker runs it next (see StepRunner.run)
+    successor: object = None
 
 
 class StepRunner:
@@ -163,6 +175,8 @@ class StepRunner:
         # Ids of migrations being cancelled, kept current by the scheduler's
         # ticks: a machine's next step rolls it back instead of going on.
         self.cancelling = frozenset()
+        # Set when the conductor stops: a finished machine starts no successor.
+        self.stopping = False
 
     # -- the step -------------------------------------------------------------------
     def claim_many(self, conn, migration_id, machine_ids):
@@ -171,20 +185,41 @@ class StepRunner:
 
         A machine whose step is not runnable any more is released again.
         """
+        jobs, idle = self._jobs(conn, migration_id, self.lock_many(conn, machine_ids))
+        for ids in _chunks(idle):
+            conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+        return jobs
+
+    def lock_many(self, conn, machine_ids):
+        """Take the locks of those of ``machine_ids`` nobody holds, in ``conn``'s
+        write transaction; the ids of those taken. Their jobs are read by
+        :meth:`read_jobs` after the commit: reads need no write lock, and
+        on SQLite every statement under it makes all other writers wait."""
         now = models.utcnow()
-        jobs = {}
+        return [mid for ids in _chunks(list(machine_ids)) for mid in conn.execute(
+            CLAIM_MANY, {"mids": ids, "host": self.host, "now": now}).scalars()]
+
+    def read_jobs(self, migration_id, machine_ids):
+        """{machine id: :class:`Job`} of machines whose locks :meth:`lock_many`
+        took; those whose step is not runnable any more are released."""
+        if not machine_ids:
+            return {}
+        with self.services.db.read_conn() as conn:
+            jobs, idle = self._jobs(conn, migration_id, machine_ids)
+        self.release(idle)
+        return jobs
+
+    def _jobs(self, conn, migration_id, machine_ids):
+        """(jobs of those of the locked ``machine_ids`` whose step is runnable,
+        the ids of the others)."""
+        jobs, idle = {}, []
         migration = None
-        for ids in _chunks(list(machine_ids)):
-            claimed = list(conn.execute(CLAIM_MANY, {"mids": ids, "host": self.host,
-                                                      "now": now}).scalars())
-            if not claimed:
-                continue
+        for claimed in _chunks(list(machine_ids)):
             if migration is None:
                 migration = conn.execute(_JOB_MIGRATION, {"mig": migration_id}).first()
             rows = {row.machine_id: row for row in conn.execute(
                 JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
             snapshots = self.services.snapshots(conn, claimed)
-            idle = []
             for machine_id in claimed:
                 row = rows.get(machine_id)
                 if row is None or row.state not in RUNNABLE or machine_id not in snapshots:
@@ -195,9 +230,7 @@ class StepRunner:
                     migration_id, machine_id, row.state, row.source_boot_interface,
                     migration.target_boot_interface, row.activated_at, migration.state,
                     migration.options, machine, partition)
-            if idle:
-                conn.execute(RELEASE_MANY, {"mids": idle, "host": self.host})
-        return jobs
+        return jobs, idle
 
     def release(self, machine_ids):
         """Drop this conductor's locks on machines it claimed but will not run."""
@@ -205,13 +238,19 @@ class StepRunner:
             self.services.write_grouped(lambda unit: unit.session.execute(
                 RELEASE_MANY, {"mids": list(machine_ids), "host": self.host}))
 
-    def run(self, migration_id, machine_id, job=None):
+    def run(self, migration_id, machine_id, job=None, switch=None):
         """Run the machine's steps while they are runnable, holding its lock.
 
         ``job``: what :meth:`claim_many` read when it took the lock; without
         it the lock is taken here. Each step's outcome is persisted before the
-        next starts, so a crash loses at most the step in progress. Returns the
-        state the machine is in afterwards, or None if nothing ran.
+        next starts, so a crash loses at most the step in progress.
+
+        ``switch(old, new)``: given, a machine that finishes frees its slot for
+        the next queued machine of its migration in the transaction that
+        persists its end, and this worker goes on with that machine once
+        ``switch`` agreed (the caller's bookkeeping of what its workers run;
+        False: the machine's lock is released for whoever has it). Returns the
+        state the last machine is in afterwards, or None if nothing ran.
         """
         if job is None:
             job = self.services.write_grouped(lambda unit: self.claim_many(
@@ -222,15 +261,23 @@ class StepRunner:
             while True:
                 started = time.monotonic()
                 step = job.state
+                job.refill = switch is not None and not self.stopping
                 new = self._step(job)
                 metrics.observe_step(step, job.target, time.monotonic() - started)
-                if new not in RUNNABLE:
+                if new in RUNNABLE:
+                    job.state = new
+                    continue
+                successor = job.successor
+                if successor is None:
                     return new
-                job.state = new
+                if not switch(job.machine_id, successor.machine_id):
+                    self.release([successor.machine_id])
+                    return new
+                job = successor
         finally:
             if not job.released:  # the last transition failed before releasing
                 with self.services.db.write_conn() as conn:
-                    conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
+                    conn.execute(RELEASE, {"mid": job.machine_id, "host": self.host})
 
     def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
@@ -247,12 +294,16 @@ class StepRunner:
     def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
-        done = self.services.write_batched(self._apply_batch, Transition(
+        done, successor = self.services.write_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
-            release=release, options=job.options, names=(job.source, job.target)))
+            release=release, options=job.options, names=(job.source, job.target),
+            refill=job.refill and new in _REFILLING))
         if done is not None:
             self.announce(done)
         job.released = release
+        if successor is not None:
+            start, job.successor = successor
+            self.announce(start)
         return new
 
     def _call(self, job, interface_name, step):
@@ -337,7 +388,7 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
-        done = self.services.write_batched(self._apply_batch, Transition(
+        done, _ = self.services.write_batched(self._apply_batch, Transition(
             migration_id, machine_id, old, new, reason, error=error, evidence_id=evidence_id,
             release=release, options=options))
         if done is not None:
@@ -345,8 +396,51 @@ class StepRunner:
         return done is not None
 
     def _apply_batch(self, conn, transitions):
+        """A group commit's transitions: (unit, (what announce needs, or None;
+        (the start of the machine in the slot it freed, its job) or None))."""
         units = [UnitOfWork(conn, defer_events=True) for _ in transitions]
-        return list(zip(units, self.apply_many(conn, transitions, units), strict=True))
+        dones = self.apply_many(conn, transitions, units)
+        successors = self._refill(conn, transitions, dones, units)
+        return list(zip(units, zip(dones, successors, strict=True), strict=True))
+
+    def _refill(self, conn, transitions, dones, units):
+        """Start a queued machine in each slot that a finished machine of a
+        ``refill`` transition freed (as far as :mod:`.admission` allows);
+        per transition (announce's start, job or None) or None. The start's events
+        go to the unit of the transition whose slot it takes."""
+        freed = {}
+        for index, (t, done) in enumerate(zip(transitions, dones, strict=True)):
+            if done is not None and t.refill:
+                freed.setdefault(t.migration_id, []).append(index)
+        successors = [None] * len(transitions)
+        for migration_id in sorted(freed):  # row locks in one order (PostgreSQL)
+            indexes = freed[migration_id]
+            starts, locked = self.start_many(
+                conn, migration_id, len(indexes), [units[i] for i in indexes],
+                freed_by=[transitions[i].machine_id for i in indexes])
+            jobs, idle = self._jobs(conn, migration_id, locked)
+            for ids in _chunks(idle):
+                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+            for index, start in zip(indexes, starts, strict=False):
+                if start is not None:  # its job None: locked elsewhere, a scan runs it
+                    successors[index] = (start, jobs.get(start[1]))
+        return successors
+
+    def start_many(self, conn, migration_id, limit, units, freed_by=None):
+        """queued -> validating for up to ``limit`` machines that
+        :func:`.admission.admit` lets start, and their locks, in ``conn``'s write
+        transaction; ``units``: where the k-th start's events go; ``freed_by``:
+        the machine whose slot the k-th start takes, if any. Returns (per
+        start what :meth:`announce` needs, or None; the ids of the machines
+        whose locks it took: :meth:`read_jobs` reads their jobs)."""
+        options, rows = admission.admit(conn, migration_id, limit)
+        starts = [Transition(migration_id, machine_id, "queued", "validating",
+                             "started" + (" (canary)" if canary else "")
+                             + (f" in the slot {freed_by[k]} freed" if freed_by else ""),
+                             options=options)
+                  for k, (machine_id, canary) in enumerate(rows)]
+        dones = self.apply_many(conn, starts, units[:len(starts)])
+        return dones, self.lock_many(conn, [d[1] for d in dones if d is not None])
 
     def apply_many(self, conn, transitions, units):
         """The writes of ``transitions`` in ``conn``'s transaction, each transition's

@@ -308,6 +308,34 @@ def test_partition_selector_and_skips(server):
     assert per[ids[2]]["state"] == "done" and per[ids[3]]["state"] == "done"
 
 
+def test_a_finished_machine_starts_the_next_in_its_slot(server):
+    """With max_parallel 1, each machine after the first starts in the transaction
+    that records the end of the one before it (its start event follows that
+    machine's last events directly), not a scheduler tick later; a machine that
+    fails gives its slot back to the scheduler, which checks the budget first."""
+    ids = setup_machines(server, 4)
+    with SimulatedFleet(server.url, server.token, behaviour={ids[2]: SILENT}):
+        m = wait_for(server, migrate(server, ids, max_parallel=1, boot_timeout=2)["id"])
+    assert m["counts"] == {"done": 3, "rolled_back": 1}, m
+    events = server.request("GET", "/v1/events", params={"migration_id": m["id"],
+                                                         "limit": 1000}).json()["events"]
+    steps = [(e["machine_id"], e["data"]["old"], e["data"]["new"], e["id"]) for e in events
+             if e["kind"] == "migration.step"]
+    started = {mid: eid for mid, old, _, eid in steps if old == "queued"}
+    ended = {mid: eid for mid, _, new, eid in steps if new in ("done", "rolled_back")}
+    assert list(started) == ids  # in queue order, one at a time
+    for before, after in zip(ids, ids[1:], strict=False):
+        assert ended[before] < started[after]  # max_parallel 1: never two in flight
+    by_id = {e["id"]: e for e in events}
+    for before, after in ((ids[0], ids[1]), (ids[1], ids[2])):
+        # done, then boot_interface_changed, then the successor's start: one transaction
+        assert by_id[ended[before] + 1]["kind"] == "machine.boot_interface_changed"
+        assert ended[before] + 2 == started[after], (before, after)
+        assert by_id[started[after]]["data"]["reason"] == f"started in the slot {before} freed"
+    # ids[2] rolled back: the scheduler started ids[3] on a tick
+    assert by_id[started[ids[3]]]["data"]["reason"] == "started"
+
+
 def test_event_feed_cursor_sees_each_event_once(server):
     ids = setup_machines(server, 5)
     seen, cursor = [], 0

@@ -1,0 +1,99 @@
+"""Admission: which queued machines of a migration may start now.
+
+One rule for both places that start machines: the scheduler, which fills a
+migration up to ``max_parallel`` on its ticks, and a worker whose machine has
+just finished, which starts the next queued machine in the transaction that
+frees the slot (so a slot does not stand empty until the next tick). No more
+than ``max_parallel`` machines in flight, canaries first and alone, nothing new
+once a canary failed or the failure budget is spent, and nothing at all unless
+the migration is running -- all read in the transaction that starts them,
+which holds the migration's row lock, so conductors sharing a database never
+start more than ``max_parallel`` between them.
+"""
+
+from sqlalchemy import bindparam, func, select
+
+from metalboot_framework import migrations as mig
+from metalboot_framework.store import models
+
+_MMT = models.MigrationMachine.__table__
+_MIGRATIONS = models.Migration.__table__
+
+# Machine steps that count against the failure budget.
+FAILING = ("rolling_back",) + mig.FAILED
+
+# A tick's view of a migration: counts of the steps that are few (under way,
+# failed), read through the (migration_id, state) index, and whether machines
+# are still queued -- never a count over all of them, which grows with the fleet.
+_TALLIED = tuple(dict.fromkeys(mig.IN_FLIGHT + mig.FAILED + ("cancelled",)))
+_TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state.in_(_TALLIED)) \
+    .group_by(_MMT.c.state, _MMT.c.canary)
+# Canaries are the first queued machines and start first: the first queued one
+# tells whether any (canary) machine is still queued.
+_FIRST_QUEUED = select(_MMT.c.canary).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+    .order_by(_MMT.c.position).limit(1)
+_QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+    .order_by(_MMT.c.position).limit(bindparam("n"))
+_CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
+_LOCKED_MIGRATION = select(_MIGRATIONS.c.state, _MIGRATIONS.c.options, _MIGRATIONS.c.total) \
+    .where(_MIGRATIONS.c.id == bindparam("mig")).with_for_update()
+
+
+def tally(conn, migration_id):
+    """{(step, canary): machines} for the steps that are few (in flight, failed,
+    cancelled), plus ("queued", canary of the first queued machine): 1 while
+    machines are queued."""
+    params = {"mig": migration_id}
+    counts = {(state, bool(canary)): n for state, canary, n in conn.execute(_TALLY, params)}
+    first = conn.execute(_FIRST_QUEUED, params).first()
+    if first is not None:
+        counts[("queued", bool(first.canary))] = 1
+    return counts
+
+
+def failures(counts):
+    return sum(n for (state, _), n in counts.items() if state in FAILING)
+
+
+def canary_failing(counts):
+    return any(n for (state, canary), n in counts.items() if canary and state in FAILING)
+
+
+def over_budget(counts, options, total):
+    """Why the failures in ``counts`` exceed the migration's ``max_failures``, or None."""
+    failed = failures(counts)
+    budget = options.get("max_failures")
+    if not failed or not budget:
+        return None
+    if "count" in budget and failed > budget["count"]:
+        return f"{failed} machines failed, more than max_failures {budget['count']}"
+    if "percent" in budget and total and failed * 100.0 / total > budget["percent"]:
+        return (f"{failed} of {total} machines failed, more than "
+                f"max_failures {budget['percent']:g}%")
+    return None
+
+
+def admit(conn, migration_id, limit):
+    """Which queued machines may start now, up to ``limit``, read in ``conn``'s
+    write transaction with the migration's row locked: (the migration's
+    options, [(machine id, canary)] in queue order); nothing unless the rules
+    above allow it."""
+    migration = conn.execute(_LOCKED_MIGRATION, {"mig": migration_id}).first()
+    if migration is None or migration.state != "running" or limit <= 0:
+        return None, []
+    counts = tally(conn, migration_id)
+    if not any(n for (state, _), n in counts.items() if state == "queued"):
+        return migration.options, []
+    if canary_failing(counts) or over_budget(counts, migration.options, migration.total):
+        return migration.options, []  # the scheduler halts it on its next tick
+    in_flight = sum(n for (state, _), n in counts.items() if state in mig.IN_FLIGHT)
+    capacity = min(migration.options["max_parallel"] - in_flight, limit)
+    if capacity <= 0:
+        return migration.options, []
+    canaries_open = any(n for (state, canary), n in counts.items()
+                        if canary and state not in mig.SUCCEEDED)
+    return migration.options, [tuple(row) for row in conn.execute(
+        _CANARIES_QUEUED if canaries_open else _QUEUED, {"mig": migration_id, "n": capacity})]
