@@ -50,9 +50,12 @@ JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
 # its options are JSON).
 _JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state,
                         _MIGRATIONS.c.options).where(_MIGRATIONS.c.id == bindparam("mig"))
+# Done: the machine's new interface, and our lock released in the same statement.
 _SWITCH = update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
     boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
-    last_error=None, updated_at=bindparam("now"))
+    last_error=None, updated_at=bindparam("now"),
+    reservation=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reservation),
+    reserved_at=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reserved_at))
 # Back at rest: ready if prepared for its interface, else the conductor enrols it
 # (a machine may join a migration before it was ever enrolled).
 _BACK_TO_REST = update(_MACHINES).where(_MACHINES.c.id == _mid,
@@ -418,6 +421,8 @@ class StepRunner:
             starts, locked = self.start_many(
                 conn, migration_id, len(indexes), [units[i] for i in indexes],
                 freed_by=[transitions[i].machine_id for i in indexes])
+            # read here, not by each worker after the commit: hundreds of workers
+            # reading at once would open and close pool connections all the time
             jobs, idle = self._jobs(conn, migration_id, locked)
             for ids in _chunks(idle):
                 conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
@@ -471,7 +476,8 @@ class StepRunner:
             for chunk in _chunks(ids):
                 changed.update(conn.execute(stmt, dict(params, mids=chunk)).scalars())
             if release:
-                for chunk in _chunks(ids):
+                # a machine moved to done is released by its switch (_after)
+                for chunk in _chunks([m for m in ids if new != "done" or m not in changed]):
                     conn.execute(RELEASE_MANY, dict(params, mids=chunk))
             moved = [i for i in indexes if transitions[i].machine_id in changed]
             if moved and first.evidence_id is not None:
