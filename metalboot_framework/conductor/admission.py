@@ -54,6 +54,15 @@ def tally(conn, migration_id):
     return counts
 
 
+def queued(counts):
+    """Whether machines are still queued."""
+    return any(n for (state, _), n in counts.items() if state == "queued")
+
+
+def in_flight(counts):
+    return sum(n for (state, _), n in counts.items() if state in mig.IN_FLIGHT)
+
+
 def failures(counts):
     return sum(n for (state, _), n in counts.items() if state in FAILING)
 
@@ -81,16 +90,17 @@ def admit(conn, migration_id, limit):
     write transaction with the migration's row locked: (the migration's
     options, [(machine id, canary)] in queue order); nothing unless the rules
     above allow it."""
+    if limit <= 0:
+        return None, []
     migration = conn.execute(_LOCKED_MIGRATION, {"mig": migration_id}).first()
-    if migration is None or migration.state != "running" or limit <= 0:
+    if migration is None or migration.state != "running":
         return None, []
     counts = tally(conn, migration_id)
-    if not any(n for (state, _), n in counts.items() if state == "queued"):
+    if not queued(counts):
         return migration.options, []
     if canary_failing(counts) or over_budget(counts, migration.options, migration.total):
         return migration.options, []  # the scheduler halts it on its next tick
-    in_flight = sum(n for (state, _), n in counts.items() if state in mig.IN_FLIGHT)
-    capacity = min(migration.options["max_parallel"] - in_flight, limit)
+    capacity = min(migration.options["max_parallel"] - in_flight(counts), limit)
     if capacity <= 0:
         return migration.options, []
     canaries_open = any(n for (state, canary), n in counts.items()

@@ -308,10 +308,9 @@ class Conductor:
         but waiting in a queue would hold max_parallel slots that another
         conductor's idle workers could use.
         """
-        if not any(n for (state, _), n in tally.items() if state == "queued"):
+        if not admission.queued(tally):
             return
-        in_flight = sum(n for (state, _), n in tally.items() if state in mig.IN_FLIGHT)
-        if in_flight >= migration.options["max_parallel"]:
+        if admission.in_flight(tally) >= migration.options["max_parallel"]:
             return  # full (as of the tally): no write transaction to find that out
         idle = self._idle_workers()
         if idle <= 0:

@@ -188,7 +188,12 @@ class StepRunner:
 
         A machine whose step is not runnable any more is released again.
         """
-        jobs, idle = self._jobs(conn, migration_id, self.lock_many(conn, machine_ids))
+        return self._jobs_of_locked(conn, migration_id, self.lock_many(conn, machine_ids))
+
+    def _jobs_of_locked(self, conn, migration_id, locked):
+        """The jobs of machines whose locks ``conn``'s transaction took, read in it;
+        those whose step is not runnable any more are released in it."""
+        jobs, idle = self._jobs(conn, migration_id, locked)
         for ids in _chunks(idle):
             conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
         return jobs
@@ -423,9 +428,7 @@ class StepRunner:
                 freed_by=[transitions[i].machine_id for i in indexes])
             # read here, not by each worker after the commit: hundreds of workers
             # reading at once would open and close pool connections all the time
-            jobs, idle = self._jobs(conn, migration_id, locked)
-            for ids in _chunks(idle):
-                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+            jobs = self._jobs_of_locked(conn, migration_id, locked)
             for index, start in zip(indexes, starts, strict=False):
                 if start is not None:  # its job None: locked elsewhere, a scan runs it
                     successors[index] = (start, jobs.get(start[1]))

@@ -62,7 +62,7 @@ class FakeBootInterface(BootInterface):
     def __init__(self):
         # deque.append is atomic: no lock, which hundreds of workers would queue on
         self.calls = collections.deque(maxlen=CALLS_KEPT)
-        self._console = None  # (path, descriptor) of console_log, opened once
+        self._consoles = {}  # console_log path -> descriptor, opened once
         self._console_lock = threading.Lock()
 
     def get_properties(self):
@@ -112,14 +112,14 @@ class FakeBootInterface(BootInterface):
                              daemon=True, name=f"fake-boot-{task.machine.id}").start()
 
     def _console_fd(self, path):
-        console = self._console
-        if console is None or console[0] != path:
+        fd = self._consoles.get(path)
+        if fd is None:
             with self._console_lock:
-                if self._console is None or self._console[0] != path:
-                    self._console = (path, os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                                                   | os.O_CLOEXEC, 0o644))
-                console = self._console
-        return console[1]
+                if path not in self._consoles:
+                    self._consoles[path] = os.open(
+                        path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = self._consoles[path]
+        return fd
 
     @staticmethod
     def _boot(url, delay, timeout):
