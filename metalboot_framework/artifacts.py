@@ -28,6 +28,7 @@ from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
+from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.task import BootTask
 from metalboot_framework.tokens import same_token
 
@@ -150,7 +151,7 @@ def machines_by_mac(conn, services, keys):
             sqlalchemy.select(_MM.c.machine_id, _MIG.c.target_boot_interface)
             .join(_MIG, _MIG.c.id == _MM.c.migration_id)
             .where(_MM.c.machine_id.in_({m for _, _, m in undecided}),
-                   _MM.c.state.in_(BOOTING_STEPS))).all())
+                   unindexed(_MM.c.state).in_(BOOTING_STEPS))).all())
         for mac, interface, machine_id in undecided:
             if (machine_id, interface) in booting:
                 found[(mac, interface)] = machine_id

@@ -12,6 +12,7 @@ from sqlalchemy import delete, func, insert, select
 
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
+from metalboot_framework.store.unindexed import unindexed
 
 # Steps of a machine that belongs to a live migration (metalboot_framework.migrations
 # uses these too): work under way, and work still to start.
@@ -162,7 +163,7 @@ def _migrations_by_machine(session, machine_ids):
             select(mm_table, models.Migration.target_boot_interface)
             .join(models.Migration, models.Migration.id == mm_table.c.migration_id)
             .where(mm_table.c.machine_id.in_(chunk),
-                   mm_table.c.state.in_(ACTIVE_MIGRATION_STEPS)))
+                   unindexed(mm_table.c.state).in_(ACTIVE_MIGRATION_STEPS)))
         for mm in rows:
             target = mm.target_boot_interface
             result[mm.machine_id] = {"id": mm.migration_id, "step": mm.state,

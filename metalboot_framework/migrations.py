@@ -16,6 +16,7 @@ from metalboot_framework import inventory
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import models
+from metalboot_framework.store.unindexed import unindexed
 
 # Per-machine steps: where a machine is in its state machine.
 IN_FLIGHT = inventory.MIGRATION_IN_FLIGHT
@@ -146,7 +147,8 @@ def _busy_conflict(session, machine_ids):
     rows = []
     for start in range(0, len(machine_ids), 500):
         rows += session.execute(select(MM.machine_id, MM.migration_id).where(
-            MM.machine_id.in_(machine_ids[start:start + 500]), MM.state.in_(ACTIVE))).all()
+            MM.machine_id.in_(machine_ids[start:start + 500]),
+            unindexed(MM.state).in_(ACTIVE))).all()
     if not rows:
         rows = [(mid, "another request") for mid in machine_ids[:1]]
     names = ", ".join(f"{mid} (in {mig})" for mid, mig in rows[:20])

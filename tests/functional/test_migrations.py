@@ -133,6 +133,22 @@ def test_failing_prepare_rolls_back_without_reset(server):
                                           ("clean_up", "fake-alt")]
 
 
+def test_failing_activate_rolls_back_and_activates_the_old_path(server):
+    # an activate that failed may have got as far as the reset (a BMC that took
+    # the boot override and then timed out): the source is activated again
+    ids = setup_machines(server, 1, properties={"fake_fail": {"fake-alt.activate":
+                                                                "BMC timed out"}})
+    m = wait_for(server, migrate(server, ids)["id"])
+    per = machine_states(server, m["id"])[ids[0]]
+    assert per["state"] == "rolled_back"
+    assert per["last_error"] == f"fake-alt activate: fake activate failed for machine " \
+                                f"{ids[0]}: BMC timed out"
+    assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
+                                          ("activate", "fake-alt"), ("clean_up", "fake-alt"),
+                                          ("prepare", "fake"), ("activate", "fake")]
+    assert steps_of(server, ids[0])[-3:] == ["activating", "rolling_back", "rolled_back"]
+
+
 def test_failing_clean_up_is_rollback_failed(server):
     ids = setup_machines(server, 1, properties={"fake_fail": {"activate": "BMC said no",
                                                               "clean_up": "eject failed"}})
