@@ -51,6 +51,9 @@ class Conductor:
         self._pool = None
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
+        # machine id -> migration id: handed over while a worker of ours still
+        # ran the machine; that worker submits it again when it ends
+        self._handed_back = {}
         self.evidence = EvidenceWatcher(services, self.runner, self._hand_over)
         self._last_scan = float("-inf")
 
@@ -217,10 +220,14 @@ class Conductor:
 
     def _hand_over(self, migration_id, machine_ids, jobs):
         """Hand machines the tick moved into a runnable step to workers: with the
-        jobs of those whose locks it took (releasing any a worker still has: it
-        sees the machine's step on a later tick), the others to claim them."""
+        jobs of those whose locks it took, the others to claim them. A machine a
+        worker of ours still runs (it may be about to end) has its lock released
+        and is submitted again when that worker ends."""
         refused = [machine_id for machine_id, job in jobs.items()
                    if not self._submit(migration_id, machine_id, job)]
+        with self._in_flight_lock:
+            for machine_id in refused:
+                self._handed_back[machine_id] = migration_id
         self.runner.release(refused)
         for machine_id in machine_ids:
             if machine_id not in jobs:  # locked by someone else: its worker or a scan
@@ -281,6 +288,9 @@ class Conductor:
         finally:
             with self._in_flight_lock:
                 self._in_flight.discard(held[0])
+                again = self._handed_back.pop(held[0], None)
+            if again is not None and not self._stop.is_set():
+                self._submit(again, held[0])
             self._wake.set()
 
     def _start_queued(self, migration, tally):

@@ -339,6 +339,8 @@ class StepRunner:
                 job.activated_at = models.utcnow()
             self.announce(done)
         job.released = release
+        if done is None:
+            return None  # someone else moved the machine: not ours to go on with
         if successor is not None:
             start, job.successor = successor
             self.announce(start)
