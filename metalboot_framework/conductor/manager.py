@@ -3,11 +3,11 @@
 A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
 (canaries first), hands runnable steps to a pool of worker threads, moves
-machines awaiting boot on when their time runs out, halts migrations past their
-failure budget and closes finished ones (:mod:`.evidence` for the boot
-evidence). All state is in the database, so a restarted conductor simply carries on;
-several conductors can share one database because every step is claimed with
-a conditional update of the machine's lock.
+machines awaiting boot on when their evidence arrives or their time runs out
+(:mod:`.evidence`), halts migrations past their failure budget and closes
+finished ones. All state is in the database, so a restarted conductor simply
+carries on; several conductors can share one database because every step is
+claimed with a conditional update of the machine's lock.
 """
 
 import concurrent.futures
@@ -305,7 +305,7 @@ class Conductor:
             return
         if admission.in_flight(tally) >= migration.options["max_parallel"]:
             return  # full (as of the tally): no write transaction to find that out
-        idle = min(self._idle_workers(), int(__import__("os").environ.get("MB_RAMP", "100000")))
+        idle = self._idle_workers()
         if idle <= 0:
             return
         dones, locked = self.services.write_grouped(

@@ -81,7 +81,10 @@ class Database:
         # Keep connections open: the conductor's workers and the API's threads
         # use many at once, and each new one costs its PRAGMAs.
         engine = sqlalchemy.create_engine(
-            self.url, connect_args={"check_same_thread": False, "timeout": 60,
+            self.url,
+            # prepared statements kept per connection: IN lists of every length
+            # are statements of their own
+            connect_args={"check_same_thread": False, "timeout": 60,
                           "cached_statements": 1024},
             poolclass=sqlalchemy.pool.QueuePool, pool_size=self.pool_size,
             max_overflow=self.pool_size * 4)
