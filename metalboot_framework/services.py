@@ -17,6 +17,7 @@ from metalboot_framework.store import db as db_mod
 from metalboot_framework.store import driver_insert
 from metalboot_framework.store.group_commit import Batched, GroupCommitter
 from metalboot_framework.store import models
+from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
 from metalboot_framework.tokens import TokenSigner
 
@@ -191,7 +192,15 @@ class Services:
         """Like :meth:`write_grouped`, for work that is cheaper done for many items
         at once: ``many(conn, items)`` writes for every item of a batch that shares
         ``many`` and returns ``(UnitOfWork, result)`` per item, in order."""
-        unit, result = self._group.run(Batched(many, item))
+        return self.settle(self._group.submit(Batched(many, item)))
+
+    def write_batched_later(self, many, item):
+        """:meth:`write_batched` without waiting: a future that :meth:`settle`
+        turns into its result."""
+        return self._group.submit(Batched(many, item))
+
+    def settle(self, future):
+        unit, result = future.result()
         if unit.events and self.hooks.has("metalboot_event"):
             for ev in unit.events:
                 self.hooks.notify("metalboot_event", event=event_dict(ev))
@@ -260,13 +269,14 @@ class Services:
         for start in range(0, len(machine_ids), 500):
             ids = list(machine_ids[start:start + 500])
             nics = {}
-            for nic in conn.execute(_NICS_BY_MACHINES, {"ids": ids}):
+            for nic in sorted(all_rows(conn, _NICS_BY_MACHINES, {"ids": ids}),
+                              key=lambda nic: (nic.machine_id, nic.position)):
                 nics.setdefault(nic.machine_id, []).append(nic)
-            machines = conn.execute(_MACHINES_BY_IDS, {"ids": ids}).all()
+            machines = all_rows(conn, _MACHINES_BY_IDS, {"ids": ids})
             wanted = list({m.partition_id for m in machines} - partitions.keys())
             if wanted:
-                partitions.update((p.id, p) for p in conn.execute(
-                    _PARTITIONS_BY_IDS, {"ids": wanted}))
+                partitions.update((p.id, p) for p in all_rows(
+                    conn, _PARTITIONS_BY_IDS, {"ids": wanted}))
             for machine in machines:
                 partition = partitions.get(machine.partition_id)
                 if partition is not None:

@@ -21,6 +21,7 @@ from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.conductor.steps import RUNNABLE, Transition, chunks
 from metalboot_framework.store import models
+from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BootTask
 
 _MMT = models.MigrationMachine.__table__
@@ -61,13 +62,13 @@ class EvidenceWatcher:
         with self.services.db.read_conn() as conn:
             newest = conn.execute(_NEWEST_EVIDENCE).scalar() or 0
             if full:
-                waiting = conn.execute(_WAITING).all()
+                waiting = all_rows(conn, _WAITING)
             else:
-                waiting = conn.execute(_WAITING_SINCE, {"since": since - _CLOCK_SLACK}).all()
+                waiting = all_rows(conn, _WAITING_SINCE, {"since": since - _CLOCK_SLACK})
                 if newest != self._cursor:
-                    waiting += conn.execute(_WAITING_WITH_NEW_EVIDENCE,
-                                            {"cursor": self._cursor}).all()
-                waiting += conn.execute(_WAITING_EXPIRED, {"now": now}).all()
+                    waiting += all_rows(conn, _WAITING_WITH_NEW_EVIDENCE,
+                                        {"cursor": self._cursor})
+                waiting += all_rows(conn, _WAITING_EXPIRED, {"now": now})
             found = self._evidence(conn, waiting)
         self._cursor = newest
         self._move(found, now)
@@ -78,7 +79,8 @@ class EvidenceWatcher:
         waiting = list({w.machine_id: w for w in waiting}.values())
         records = {}
         for chunk in chunks([w.machine_id for w in waiting]):
-            for ev in conn.execute(_EVIDENCE_OF, {"mids": chunk}):
+            for ev in sorted(all_rows(conn, _EVIDENCE_OF, {"mids": chunk}),
+                             key=lambda ev: ev.id):
                 records.setdefault(ev.machine_id, []).append(ev)
         return [(w, records.get(w.machine_id, ())) for w in waiting]
 
@@ -123,6 +125,8 @@ class EvidenceWatcher:
                            for mid, ids in by_migration.items()}
 
         dones, locked = self.services.write_grouped(move)
+        # committed before this move: announced before it
+        self.runner.announce_committed()
         jobs = {mid: self.runner.read_jobs(mid, taken) for mid, (_, taken) in locked.items()}
         for (w, evidence, _), done in zip(moves, dones, strict=True):
             if done is None:

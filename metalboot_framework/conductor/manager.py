@@ -81,6 +81,9 @@ class Conductor:
             thread.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        # transitions the workers queued without waiting commit before this one
+        self.services.write_grouped(lambda unit: None)
+        self.runner.announce_committed()
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
@@ -170,6 +173,7 @@ class Conductor:
 
     def tick(self):
         """One look at enrolling machines and at every live migration."""
+        self.runner.announce_committed()
         with self.services.db.read() as s:
             live = list(s.scalars(select(models.Migration).where(
                 models.Migration.state.in_(mig.LIVE_STATES) |

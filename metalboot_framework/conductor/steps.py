@@ -14,6 +14,7 @@ passive: the scheduler moves it on when evidence arrives or time runs out.
 import dataclasses
 import datetime
 import logging
+import queue
 import time
 
 from sqlalchemy import bindparam, case, select, update
@@ -25,6 +26,7 @@ from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
+from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.store.unindexed import unindexed
 
 LOG = logging.getLogger(__name__)
@@ -193,6 +195,7 @@ class Job:
     # the machine started in the slot this one freed, its lock taken: the same
     # worker runs it next (see StepRunner.run)
     successor: object = None
+    pending: object = None  # the future of a transition queued without waiting
 
 
 class StepRunner:
@@ -206,6 +209,8 @@ class StepRunner:
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
+        # Futures of transitions workers did not wait for, once committed.
+        self._committed = queue.SimpleQueue()
 
     # -- the step -------------------------------------------------------------------
     def claim_many(self, conn, migration_id, machine_ids):
@@ -250,8 +255,8 @@ class StepRunner:
         for claimed in chunks(list(machine_ids)):
             if migration is None:
                 migration = conn.execute(_JOB_MIGRATION, {"mig": migration_id}).first()
-            rows = {row.machine_id: row for row in conn.execute(
-                JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
+            rows = {row.machine_id: row for row in all_rows(
+                conn, JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
             snapshots = self.services.snapshots(conn, claimed)
             for machine_id in claimed:
                 row = rows.get(machine_id)
@@ -276,7 +281,9 @@ class StepRunner:
 
         ``job``: what :meth:`claim_many` read when it took the lock; without
         it the lock is taken here. Each step's outcome is persisted before the
-        next starts, so a crash loses at most the step in progress.
+        next starts, except where re-running a step after a crash is harmless
+        (:meth:`_finish_later`): a crash loses at most the step in progress and
+        the one before it.
 
         ``switch(old, new)``: given, a machine that finishes frees its slot for
         the next queued machine of its migration in the transaction that
@@ -308,6 +315,10 @@ class StepRunner:
                     return new
                 job = successor
         finally:
+            if job.pending is not None and job.released:
+                job.pending.add_done_callback(self._committed.put)
+            elif job.pending is not None:  # a step raised with its start's commit queued
+                self._settle(job)
             if not job.released:  # the last transition failed before releasing
                 with self.services.db.write_conn() as conn:
                     conn.execute(RELEASE, {"mid": job.machine_id, "host": self.host})
@@ -324,9 +335,52 @@ class StepRunner:
             return self._roll_back(job)
         return self._forward(job)
 
+    def _settle(self, job):
+        """Wait for the transition queued without waiting; False if it found the
+        machine moved by someone else."""
+        pending, job.pending = job.pending, None
+        if pending is None:
+            return True
+        done, _ = self.services.settle(pending)
+        if done is None:
+            return False
+        self.announce(done)
+        return True
+
+    def _finish_later(self, job, new, reason):
+        """Queue the step's outcome and go on at once: for a step whose re-run
+        after a crash is harmless. A runnable ``new`` is waited for before the
+        next transition (:meth:`_settle`); any other releases the lock, and its
+        worker ends without waiting (:meth:`announce_committed`)."""
+        release = new not in RUNNABLE
+        job.pending = self.services.write_batched_later(self._apply_batch, Transition(
+            job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
+            names=(job.source, job.target), release=release))
+        job.released = release
+        return new
+
+    def announce_committed(self):
+        """Announce the transitions that workers queued and did not wait for,
+        as far as they are committed (the scheduler, before it moves machines on)."""
+        while True:
+            try:
+                future = self._committed.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done, _ = self.services.settle(future)
+            except Exception:
+                LOG.exception("a queued transition failed")
+                continue
+            if done is not None:
+                self.announce(done)
+
     def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
+        if not self._settle(job):
+            job.released = False
+            return None
         done, successor = self.services.write_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
@@ -380,8 +434,10 @@ class StepRunner:
             return self._finish(job, "rolled_back", error, error=error)
         if error:
             return self._finish(job, "rolling_back", error, error=error)
-        return self._finish(job, FORWARD[state], DONE_MESSAGES[state].format(
-            source=source, target=target))
+        message = DONE_MESSAGES[state].format(source=source, target=target)
+        if state in ("validating", "activating"):
+            return self._finish_later(job, FORWARD[state], message)
+        return self._finish(job, FORWARD[state], message)
 
     def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the

@@ -55,10 +55,14 @@ class GroupCommitter:
             # The batch holds the write transaction (on SQLite the process's write
             # lock): a second one from here would wait for itself.
             raise RuntimeError("a grouped write must not start another write")
+        return self.submit(work).result()
+
+    def submit(self, work):
+        """Queue ``work`` like :meth:`run`; a future of its result, without waiting."""
         future = concurrent.futures.Future()
         self._queue.put((work, future))
         self._ensure_thread()
-        return future.result()
+        return future
 
     def _ensure_thread(self):
         if self._thread is None or not self._thread.is_alive():

@@ -36,6 +36,47 @@ def veto_site(tmp_path):
     return site
 
 
+STEP_RECORDER = '''
+import json, os
+from metalboot_framework import hookimpl
+
+@hookimpl
+def metalboot_machine_step_changed(machine_id, migration_id, old, new, reason):
+    with open(os.environ["STEP_LOG"], "a") as f:
+        f.write(json.dumps([machine_id, old, new]) + "\\n")
+'''
+
+
+def test_step_hooks_see_every_step_in_order(server_factory, tmp_path):
+    """Some transitions are committed while the worker already runs the next
+    step (validating -> preparing) or has ended (activating -> awaiting_boot):
+    the hook still hears each machine's steps once each, in the order they were
+    committed."""
+    site = tmp_path / "recorder-site"
+    dist = site / "metalboot_step_recorder-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: metalboot-step-recorder\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[metalboot.hooks]\nstep-recorder = metalboot_step_recorder\n")
+    (site / "metalboot_step_recorder.py").write_text(STEP_RECORDER)
+    log = tmp_path / "steps.jsonl"
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
+                            env={"PYTHONPATH": str(site), "STEP_LOG": str(log)}).start()
+    ids = setup_machines(server, 12)
+    with SimulatedFleet(server.url, server.token):
+        m = wait_for(server, migrate(server, ids, max_parallel=4)["id"])
+    assert m["counts"] == {"done": 12}
+    heard = {}
+    for line in log.read_text().splitlines():
+        machine_id, old, new = json.loads(line)
+        heard.setdefault(machine_id, []).append((old, new))
+    path = ["queued", "validating", "preparing", "activating", "awaiting_boot", "verifying",
+            "done"]
+    expected = list(zip(path, path[1:], strict=False))
+    assert {mid: heard.get(mid) for mid in ids} == {mid: expected for mid in ids}
+
+
 def test_veto_hook_skips_with_reason(server_factory, veto_site):
     server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
                             env={"PYTHONPATH": str(veto_site)}).start()
