@@ -196,6 +196,11 @@ class Job:
     # worker runs it next (see StepRunner.run)
     successor: object = None
     pending: object = None  # the future of a transition queued without waiting
+    # read by a claim, not in the transaction that started the machine: a
+    # conductor may have died after it called prepare while the move to
+    # preparing was still queued (see _finish_later), so the step may have
+    # changed the machine even though it says validating
+    resumed: bool = False
 
 
 class StepRunner:
@@ -297,6 +302,7 @@ class StepRunner:
                 unit.session, migration_id, [machine_id])).get(machine_id)
             if job is None:
                 return None
+            job.resumed = True
         try:
             while True:
                 started = time.monotonic()
@@ -427,10 +433,11 @@ class StepRunner:
             stale = self._stale_interface(job)
             if error is None and stale:
                 error = self._call(job, stale, "clean_up")
-        if error and state == "validating":
+        if error and state == "validating" and not job.resumed:
             # validate changes nothing (the contract), so nothing is rolled back:
             # the target's clean_up would only talk again to the BMC or DHCP server
             # that validation may have found broken, and fail the machine for nothing.
+            # (A resumed machine may have been prepared: it is rolled back.)
             return self._finish(job, "rolled_back", error, error=error)
         if error:
             return self._finish(job, "rolling_back", error, error=error)

@@ -6,8 +6,11 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import update
 
 from metalboot_framework.testing.simulator import FETCH, FETCH_404, REPORT, SILENT, SimulatedFleet
+from metalboot_framework.store import models
+from metalboot_framework.store.db import Database
 from tests.conftest import machine_body
 
 pytestmark = pytest.mark.functional
@@ -376,6 +379,43 @@ def test_event_feed_cursor_sees_each_event_once(server):
     only = server.request("GET", "/v1/events", params={"migration_id": m["id"],
                                                        "limit": 1000}).json()["events"]
     assert only and all(e["migration_id"] == m["id"] for e in only)
+
+
+def test_a_machine_resumed_in_validating_is_rolled_back_through_the_targets_clean_up(
+        server_factory):
+    """The move to preparing is committed while prepare already runs: a conductor
+    killed in between leaves the machine in validating although its target may
+    be prepared. Resumed there, a failing validate rolls it back through the
+    target's clean_up; validated afresh, it goes straight to rolled_back."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+    machine_id, fresh = setup_machines(server, 2)
+    server.request("PATCH", f"/v1/machines/{fresh}", json={"properties": {
+        "fake_fail": {"fake-alt.validate": "BMC unreachable"}}}).raise_for_status()
+    first = wait_for(server, migrate(server, [fresh])["id"])
+    assert machine_states(server, first["id"])[fresh]["state"] == "rolled_back"
+    assert steps_of(server, fresh) == ["validating", "rolled_back"]
+    assert fake_calls(server, fresh) == [("validate", "fake-alt")]
+
+    server.request("PATCH", f"/v1/machines/{machine_id}",
+                   json={"properties": {"fake_delay": 5}}).raise_for_status()
+    m = migrate(server, [machine_id])
+    deadline = time.monotonic() + 30
+    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    server.stop(sig=signal.SIGKILL)  # its worker sleeps in validate
+    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
+    with db.write() as s:  # the BMC went away while the conductor was down
+        s.execute(update(models.Machine).where(models.Machine.id == machine_id).values(
+            properties={"fake_fail": {"fake-alt.validate": "BMC unreachable"}}))
+    db.dispose()
+    server.start()
+    wait_for(server, m["id"])
+    assert machine_states(server, m["id"])[machine_id]["state"] == "rolled_back"
+    assert steps_of(server, machine_id) == ["validating", "rolling_back", "rolled_back"]
+    assert fake_calls(server, machine_id) == [("validate", "fake-alt"), ("clean_up", "fake-alt")]
+    machine = server.request("GET", f"/v1/machines/{machine_id}").json()
+    assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
 
 
 def test_sigkill_mid_migration_and_restart(server_factory):
