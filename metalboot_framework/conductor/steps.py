@@ -421,7 +421,9 @@ class StepRunner:
         if state == "validating":
             vetoes = self._vetoes(job.migration_id, job.machine_id)
             if vetoes:
-                return self._finish(job, "skipped", "vetoed: " + "; ".join(vetoes),
+                # resumed, it may have been prepared: rolled back, not skipped
+                return self._finish(job, "rolling_back" if job.resumed else "skipped",
+                                    "vetoed: " + "; ".join(vetoes),
                                     error="veto: " + "; ".join(vetoes))
             error = self._call(job, target, "validate")
         elif state == "preparing":

@@ -93,6 +93,45 @@ def test_veto_hook_skips_with_reason(server_factory, veto_site):
     assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
 
 
+def test_a_machine_vetoed_when_resumed_in_validating_is_rolled_back(server_factory,
+                                                                     veto_site):
+    """Resumed in validating after a crash, the machine may have been prepared
+    (the move to preparing is committed while prepare runs): a veto then rolls
+    it back through the target's clean_up instead of skipping it."""
+    import signal
+
+    from sqlalchemy import update
+
+    from metalboot_framework.store import models
+    from metalboot_framework.store.db import Database
+    from tests.functional.test_migrations import fake_calls, steps_of
+
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
+                            env={"PYTHONPATH": str(veto_site)}).start()
+    machine_id = setup_machines(server, 1)[0]
+    server.request("PATCH", f"/v1/machines/{machine_id}",
+                   json={"properties": {"fake_delay": 5}}).raise_for_status()
+    m = migrate(server, [machine_id])
+    deadline = time.monotonic() + 30
+    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    server.stop(sig=signal.SIGKILL)  # its worker sleeps in validate
+    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
+    with db.write() as s:  # allocated while the conductor was down
+        s.execute(update(models.Machine).where(models.Machine.id == machine_id)
+                  .values(properties={"allocated": True}))
+    db.dispose()
+    server.start()
+    wait_for(server, m["id"])
+    per = machine_states(server, m["id"])
+    assert per[machine_id]["state"] == "rolled_back"
+    assert per[machine_id]["last_error"] == \
+        "veto: allocation-guard: metal-api says the machine is allocated"
+    assert steps_of(server, machine_id) == ["validating", "rolling_back", "rolled_back"]
+    assert fake_calls(server, machine_id) == [("clean_up", "fake-alt")]
+
+
 def test_vetoed_canary_is_replaced_by_the_next_machine(server_factory, veto_site):
     """The canary is vetoed: the next machine becomes the canary, and its failure
     halts the wave before the others start (without the replacement they would
