@@ -98,31 +98,14 @@ def test_a_machine_vetoed_when_resumed_in_validating_is_rolled_back(server_facto
     """Resumed in validating after a crash, the machine may have been prepared
     (the move to preparing is committed while prepare runs): a veto then rolls
     it back through the target's clean_up instead of skipping it."""
-    import signal
-
-    from sqlalchemy import update
-
-    from metalboot_framework.store import models
-    from metalboot_framework.store.db import Database
-    from tests.functional.test_migrations import fake_calls, steps_of
+    from tests.functional.test_migrations import (fake_calls,
+                                                  killed_in_validate_and_restarted, steps_of)
 
     server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n",
                             env={"PYTHONPATH": str(veto_site)}).start()
     machine_id = setup_machines(server, 1)[0]
-    server.request("PATCH", f"/v1/machines/{machine_id}",
-                   json={"properties": {"fake_delay": 5}}).raise_for_status()
-    m = migrate(server, [machine_id])
-    deadline = time.monotonic() + 30
-    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    server.stop(sig=signal.SIGKILL)  # its worker sleeps in validate
-    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
-    with db.write() as s:  # allocated while the conductor was down
-        s.execute(update(models.Machine).where(models.Machine.id == machine_id)
-                  .values(properties={"allocated": True}))
-    db.dispose()
-    server.start()
+    # allocated while the conductor was down
+    m = killed_in_validate_and_restarted(server, machine_id, {"allocated": True})
     wait_for(server, m["id"])
     per = machine_states(server, m["id"])
     assert per[machine_id]["state"] == "rolled_back"

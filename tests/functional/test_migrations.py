@@ -381,6 +381,27 @@ def test_event_feed_cursor_sees_each_event_once(server):
     assert only and all(e["migration_id"] == m["id"] for e in only)
 
 
+def killed_in_validate_and_restarted(server, machine_id, properties):
+    """Migrate the machine, SIGKILL the server while its worker sleeps in
+    validate, give the machine ``properties`` in the database, restart; the
+    migration."""
+    server.request("PATCH", f"/v1/machines/{machine_id}",
+                   json={"properties": {"fake_delay": 5}}).raise_for_status()
+    m = migrate(server, [machine_id])
+    deadline = time.monotonic() + 30
+    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    server.stop(sig=signal.SIGKILL)
+    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
+    with db.write() as s:
+        s.execute(update(models.Machine).where(models.Machine.id == machine_id)
+                  .values(properties=properties))
+    db.dispose()
+    server.start()
+    return m
+
+
 def test_a_machine_resumed_in_validating_is_rolled_back_through_the_targets_clean_up(
         server_factory):
     """The move to preparing is committed while prepare already runs: a conductor
@@ -396,20 +417,9 @@ def test_a_machine_resumed_in_validating_is_rolled_back_through_the_targets_clea
     assert steps_of(server, fresh) == ["validating", "rolled_back"]
     assert fake_calls(server, fresh) == [("validate", "fake-alt")]
 
-    server.request("PATCH", f"/v1/machines/{machine_id}",
-                   json={"properties": {"fake_delay": 5}}).raise_for_status()
-    m = migrate(server, [machine_id])
-    deadline = time.monotonic() + 30
-    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    server.stop(sig=signal.SIGKILL)  # its worker sleeps in validate
-    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
-    with db.write() as s:  # the BMC went away while the conductor was down
-        s.execute(update(models.Machine).where(models.Machine.id == machine_id).values(
-            properties={"fake_fail": {"fake-alt.validate": "BMC unreachable"}}))
-    db.dispose()
-    server.start()
+    # the BMC went away while the conductor was down
+    m = killed_in_validate_and_restarted(
+        server, machine_id, {"fake_fail": {"fake-alt.validate": "BMC unreachable"}})
     wait_for(server, m["id"])
     assert machine_states(server, m["id"])[machine_id]["state"] == "rolled_back"
     assert steps_of(server, machine_id) == ["validating", "rolling_back", "rolled_back"]
