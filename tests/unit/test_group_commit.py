@@ -108,3 +108,34 @@ def test_batched_items_are_written_together_and_a_bad_one_fails_alone(engine):
     # the first call had several items at once; after its failure each ran alone
     assert max(len(c) for c in calls) > 1
     assert [7] in calls
+
+
+def test_submitted_work_gives_its_outcome_to_every_waiter_and_callback(engine):
+    """submit() does not wait: the outcome is waited for by any number of
+    threads, and a callback added before or after it is set is called once."""
+    @contextlib.contextmanager
+    def connect():
+        with engine.begin() as conn:
+            yield conn
+
+    group = GroupCommitter(connect)
+    gate = threading.Event()
+
+    def slow(conn):
+        gate.wait(10)
+        return insert(1)(conn)
+
+    outcome = group.submit(slow)
+    failing = group.submit(insert(1))  # the same key after slow's: fails alone
+    assert not outcome.done()
+    heard = []
+    outcome.add_done_callback(lambda o: heard.append(("before", o.result())))
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        waiters = [pool.submit(outcome.result) for _ in range(3)]
+        gate.set()
+        assert [w.result(10) for w in waiters] == [1, 1, 1]
+    outcome.add_done_callback(lambda o: heard.append(("after", o.result())))
+    assert heard == [("before", 1), ("after", 1)] and outcome.done()
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        failing.result()
+    assert rows(engine) == [1]
