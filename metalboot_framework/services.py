@@ -195,7 +195,7 @@ class Services:
         return self.settle(self._group.submit(Batched(many, item)))
 
     def write_batched_later(self, many, item):
-        """:meth:`write_batched` without waiting: a future that :meth:`settle`
+        """:meth:`write_batched` without waiting: an outcome that :meth:`settle`
         turns into its result."""
         return self._group.submit(Batched(many, item))
 

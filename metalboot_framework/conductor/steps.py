@@ -195,7 +195,7 @@ class Job:
     # the machine started in the slot this one freed, its lock taken: the same
     # worker runs it next (see StepRunner.run)
     successor: object = None
-    pending: object = None  # the future of a transition queued without waiting
+    pending: object = None  # the outcome of a transition queued without waiting
     # read by a claim, not in the transaction that started the machine: a
     # conductor may have died after it called prepare while the move to
     # preparing was still queued (see _finish_later), so the step may have
@@ -214,7 +214,7 @@ class StepRunner:
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
-        # Futures of transitions workers did not wait for, once committed.
+        # Outcomes of transitions workers did not wait for, once committed.
         self._committed = queue.SimpleQueue()
 
     # -- the step -------------------------------------------------------------------
