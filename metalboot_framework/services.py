@@ -182,25 +182,25 @@ class Services:
         def run(conn):
             unit = UnitOfWork(conn, defer_events=True)
             return unit, work(unit)
-        unit, result = self._group.run(run)
-        if unit.events and self.hooks.has("metalboot_event"):
-            for ev in unit.events:
-                self.hooks.notify("metalboot_event", event=event_dict(ev))
-        return result
+        return self._committed(*self._group.run(run))
 
     def write_batched(self, many, item):
         """Like :meth:`write_grouped`, for work that is cheaper done for many items
         at once: ``many(conn, items)`` writes for every item of a batch that shares
         ``many`` and returns ``(UnitOfWork, result)`` per item, in order."""
-        return self.settle(self._group.submit(Batched(many, item)))
+        return self._committed(*self._group.run(Batched(many, item)))
 
     def write_batched_later(self, many, item):
         """:meth:`write_batched` without waiting: an outcome that :meth:`settle`
         turns into its result."""
         return self._group.submit(Batched(many, item))
 
-    def settle(self, future):
-        unit, result = future.result()
+    def settle(self, outcome):
+        """The result of :meth:`write_batched_later`'s work, waiting for its commit."""
+        return self._committed(*outcome.result())
+
+    def _committed(self, unit, result):
+        """``result``, once the hooks heard of the events its unit committed."""
         if unit.events and self.hooks.has("metalboot_event"):
             for ev in unit.events:
                 self.hooks.notify("metalboot_event", event=event_dict(ev))

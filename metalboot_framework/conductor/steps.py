@@ -345,13 +345,15 @@ class StepRunner:
         """Wait for the transition queued without waiting; False if it found the
         machine moved by someone else."""
         pending, job.pending = job.pending, None
-        if pending is None:
-            return True
-        done, _ = self.services.settle(pending)
-        if done is None:
-            return False
-        self.announce(done)
-        return True
+        return pending is None or self._announce_settled(pending)
+
+    def _announce_settled(self, outcome):
+        """Announce a queued transition once committed; False if it found the
+        machine moved by someone else."""
+        done, _ = self.services.settle(outcome)
+        if done is not None:
+            self.announce(done)
+        return done is not None
 
     def _finish_later(self, job, new, reason):
         """Queue the step's outcome and go on at once: for a step whose re-run
@@ -370,23 +372,19 @@ class StepRunner:
         as far as they are committed (the scheduler, before it moves machines on)."""
         while True:
             try:
-                future = self._committed.get_nowait()
+                outcome = self._committed.get_nowait()
             except queue.Empty:
                 return
             try:
-                done, _ = self.services.settle(future)
+                self._announce_settled(outcome)
             except Exception:
                 LOG.exception("a queued transition failed")
-                continue
-            if done is not None:
-                self.announce(done)
 
     def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
         release = new not in RUNNABLE
         if not self._settle(job):
-            job.released = False
-            return None
+            return None  # its queued move found the machine moved by someone else
         done, successor = self.services.write_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
