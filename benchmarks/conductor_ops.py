@@ -136,7 +136,7 @@ def run(count=10000, rounds=10):
             updated_at=models.utcnow() - datetime.timedelta(seconds=60)))
     conductor = Conductor(services)
     conductor._in_flight = {f"busy-{n}" for n in range(BATCH)}  # no idle worker
-    conductor._evidence_checked_at = models.utcnow()
+    conductor.evidence._checked_at = models.utcnow()
     conductor._last_scan = time.monotonic()
     tick = measure(rounds * 3, conductor.tick)
 

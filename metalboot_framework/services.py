@@ -11,6 +11,7 @@ import sqlalchemy
 
 from metalboot_framework import hooks as hooks_mod
 from metalboot_framework import loader
+from metalboot_framework.announcer import Announcer
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
@@ -18,6 +19,7 @@ from metalboot_framework.store import driver_insert
 from metalboot_framework.store.group_commit import Batched, GroupCommitter
 from metalboot_framework.store import models
 from metalboot_framework.store.packed_rows import all_rows
+from metalboot_framework.steploop import StepLoop
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
 from metalboot_framework.tokens import TokenSigner
 
@@ -46,12 +48,19 @@ _NICS_BY_MACHINES = sqlalchemy.select(_N).where(_N.c.machine_id.in_(_IDS)) \
 
 
 class UnitOfWork:
-    """A write transaction, and the events it appends (for hooks, after commit)."""
+    """A write transaction, the events it appends (for hooks, after commit) and
+    what is to be announced once it is committed (:meth:`announce`)."""
 
     def __init__(self, session, defer_events=False):
         self.session = session
         self.events = []
         self.defer_events = defer_events  # inserted by insert_events(), ids then
+        self.after = []  # (fn, args) to call once committed
+
+    def announce(self, fn, *args):
+        """Call ``fn(*args)`` once this unit is committed: for a group-committed
+        unit in the announcer's thread, in commit order (:mod:`..announcer`)."""
+        self.after.append((fn, args))
 
     def event(self, kind, message, machine_id=None, migration_id=None, data=None):
         # A plain INSERT ... RETURNING: the ORM's flush costs more than the write.
@@ -112,9 +121,13 @@ class Services:
         self.interfaces = interfaces
         self.hooks = hooks
         self.tokens = tokens
+        # Hooks and log lines of group-committed changes, in commit order.
+        self.announcer = Announcer()
         # One writer thread commits many threads' small transactions together.
         self._group = GroupCommitter(db.write_conn, finish=lambda conn, done: insert_events(
-            conn, [unit for unit, _ in done]))
+            conn, [unit for unit, _ in done]), committed=self._announce_committed)
+        # Coroutine plugin steps and the conductor's machines (started when first used).
+        self.step_loop = StepLoop()
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if conf.artifacts.template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
@@ -170,45 +183,79 @@ class Services:
             yield unit
             if core:
                 insert_events(session, [unit])
+        for fn, args in self._after_commit(unit):
+            fn(*args)
+
+    def _after_commit(self, unit):
+        """What follows the commit of ``unit``: its events to the event hooks,
+        then its announcements."""
+        calls = []
         if unit.events and self.hooks.has("metalboot_event"):
-            for ev in unit.events:
-                self.hooks.notify("metalboot_event", event=event_dict(ev))
+            calls += [(self._notify_event, (ev,)) for ev in unit.events]
+        return calls + unit.after
+
+    def _notify_event(self, ev):
+        self.hooks.notify("metalboot_event", event=event_dict(ev))
+
+    def _announce_committed(self, results):
+        """In the writer thread, after each group commit: its units' events and
+        announcements to the announcer, in commit order."""
+        self.announcer.put([call for unit, _ in results for call in self._after_commit(unit)])
+
+    @staticmethod
+    def _grouped(work):
+        def run(conn):
+            unit = UnitOfWork(conn, defer_events=True)
+            return unit, work(unit)
+        return run
 
     def write_grouped(self, work):
         """``work(unit)`` like ``write(core=True)``, group-committed with other
         threads' writes; returns its result once committed. ``work`` must only
         write to the database: it may run twice (a failed batch is re-run one by
-        one). Its events get their ids at the end of the batch."""
-        def run(conn):
-            unit = UnitOfWork(conn, defer_events=True)
-            return unit, work(unit)
-        return self._committed(*self._group.run(run))
+        one). Its events get their ids at the end of the batch; they reach the
+        hooks, with what the unit announces, through the announcer."""
+        return self._group.run(self._grouped(work))[1]
 
     def write_batched(self, many, item):
         """Like :meth:`write_grouped`, for work that is cheaper done for many items
         at once: ``many(conn, items)`` writes for every item of a batch that shares
         ``many`` and returns ``(UnitOfWork, result)`` per item, in order."""
-        return self._committed(*self._group.run(Batched(many, item)))
+        return self._group.run(Batched(many, item))[1]
 
     def write_batched_later(self, many, item):
         """:meth:`write_batched` without waiting: an outcome that :meth:`settle`
-        turns into its result."""
+        (or :meth:`asettle`) turns into its result."""
         return self._group.submit(Batched(many, item))
 
     def settle(self, outcome):
         """The result of :meth:`write_batched_later`'s work, waiting for its commit."""
-        return self._committed(*outcome.result())
+        return outcome.result()[1]
 
-    def _committed(self, unit, result):
-        """``result``, once the hooks heard of the events its unit committed."""
-        if unit.events and self.hooks.has("metalboot_event"):
-            for ev in unit.events:
-                self.hooks.notify("metalboot_event", event=event_dict(ev))
-        return result
+    # Coroutines of the step loop wait for the same commits without a thread.
+    async def awrite_grouped(self, work):
+        """:meth:`write_grouped` for a coroutine on the step loop."""
+        return (await self.step_loop.outcome(self._group.submit(self._grouped(work))))[1]
+
+    async def awrite_batched(self, many, item):
+        """:meth:`write_batched` for a coroutine on the step loop."""
+        return (await self.step_loop.outcome(self._group.submit(Batched(many, item))))[1]
+
+    async def asettle(self, outcome):
+        """:meth:`settle` for a coroutine on the step loop."""
+        return (await self.step_loop.outcome(outcome))[1]
 
     def record_event(self, machine_id, kind, message, data=None, migration_id=None):
-        self.write_grouped(lambda unit: unit.event(
-            kind, message, machine_id=machine_id, migration_id=migration_id, data=data))
+        self.write_grouped(self._event_work(machine_id, kind, message, data, migration_id))
+
+    async def arecord_event(self, machine_id, kind, message, data=None, migration_id=None):
+        await self.awrite_grouped(self._event_work(machine_id, kind, message, data,
+                                                   migration_id))
+
+    @staticmethod
+    def _event_work(machine_id, kind, message, data, migration_id):
+        return lambda unit: unit.event(kind, message, machine_id=machine_id,
+                                       migration_id=migration_id, data=data)
 
     # -- URLs and scripts -----------------------------------------------------
     @property

@@ -118,3 +118,9 @@ class BootTask:
         """Append an event to the machine's history (committed at once)."""
         self.services.record_event(self.machine.id, kind, message, data=data or None,
                                    migration_id=self.migration_id)
+
+    async def arecord_event(self, kind, message, **data):
+        """:meth:`record_event` for a step written as a coroutine: waits for the
+        commit without blocking the loop."""
+        await self.services.arecord_event(self.machine.id, kind, message, data=data or None,
+                                          migration_id=self.migration_id)

@@ -8,6 +8,7 @@ from metalboot_framework import inventory
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
 from metalboot_framework.exceptions import BootInterfaceError, InvalidInput, ValidationFailed
+from metalboot_framework.steploop import call_blocking
 
 LOG = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def validate_machine(machine_id, body):
     result = {"machine_id": machine_id, "boot_interface": name, "valid": True,
               "reason": None, "fields": {}}
     try:
-        iface.validate(task)
+        call_blocking(iface.validate, task)
     except ValidationFailed as exc:
         result.update(valid=False, reason=exc.message, fields=exc.fields)
     except BootInterfaceError as exc:

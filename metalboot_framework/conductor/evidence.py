@@ -1,8 +1,11 @@
 """Boot evidence: a machine awaiting its boot moves on once its evidence is committed.
 
 The boot server (another process, maybe on another host) commits a row for
-every fetch and boot report; the conductor learns of them by reading, on every
-scheduler tick (:meth:`EvidenceWatcher.look`). A look reads only machines with
+every fetch and boot report; the conductor learns of them by reading. A
+machine whose coroutine waits for its boot holds its lock and is looked after
+by :mod:`.boot_waits`; the others -- resumed after a restart, or left by a
+conductor that died -- are read on every scheduler tick
+(:meth:`EvidenceWatcher.look`), which skips locked machines. A look reads only machines with
 evidence newer than the last look, machines that started waiting since then
 (their evidence may have been committed first) and machines past their
 deadline (rolled back), so it costs about the same for 10 or 10,000 machines
@@ -27,10 +30,12 @@ from metalboot_framework.task import BootTask
 _MMT = models.MigrationMachine.__table__
 _EV = models.BootEvidence.__table__
 _NEWEST_EVIDENCE = select(func.max(_EV.c.id))
+_M = models.Machine.__table__
 _WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
                   models.Migration.target_boot_interface) \
     .join(models.Migration, models.Migration.id == _MMT.c.migration_id) \
-    .where(_MMT.c.state == "awaiting_boot")
+    .join(_M, _M.c.id == _MMT.c.machine_id) \
+    .where(_MMT.c.state == "awaiting_boot", _M.c.reservation.is_(None))
 _WAITING_WITH_NEW_EVIDENCE = _WAITING.where(_MMT.c.machine_id.in_(
     select(_EV.c.machine_id).where(_EV.c.id > bindparam("cursor"))))
 _WAITING_EXPIRED = _WAITING.where(_MMT.c.deadline < bindparam("now"))
@@ -40,6 +45,40 @@ _EVIDENCE_OF = select(_EV).where(_EV.c.machine_id.in_(bindparam("mids", expandin
 # A step's updated_at is its writer's clock when the step was written, before
 # the commit, and conductors on other hosts have clocks of their own.
 _CLOCK_SLACK = datetime.timedelta(seconds=1)
+
+
+def recognised(services, waiting, records):
+    """The record among ``records`` (the machine's evidence, oldest first) that
+    its target interface recognises as its boot, or None; ``waiting`` has the
+    machine's migration_id, machine_id, target_boot_interface and activated_at.
+    Only records since the activation count."""
+    candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
+                           e.client_address, e.created_at)
+                  for e in records
+                  if waiting.activated_at is None or e.created_at >= waiting.activated_at]
+    if not candidates:
+        return None
+    target = waiting.target_boot_interface
+    return services.interfaces.get(target).recognise_evidence(
+        BootTask.lazy(services, waiting.machine_id, target, waiting.migration_id), candidates)
+
+
+def evidence_reason(evidence):
+    return (f"boot evidence: {evidence.kind} of {evidence.path} from "
+            f"{evidence.client_address}")
+
+
+def no_evidence_error(target, seconds):
+    return f"no boot evidence through {target} within {int(seconds) if seconds else '?'} s"
+
+
+def evidence_of(conn, machine_ids):
+    """{machine id: its evidence records, oldest first}."""
+    records = {}
+    for chunk in chunks(list(machine_ids)):
+        for ev in sorted(all_rows(conn, _EVIDENCE_OF, {"mids": chunk}), key=lambda ev: ev.id):
+            records.setdefault(ev.machine_id, []).append(ev)
+    return records
 
 
 class EvidenceWatcher:
@@ -77,11 +116,7 @@ class EvidenceWatcher:
     def _evidence(conn, waiting):
         """[(waiting machine, its evidence records)], each machine once."""
         waiting = list({w.machine_id: w for w in waiting}.values())
-        records = {}
-        for chunk in chunks([w.machine_id for w in waiting]):
-            for ev in sorted(all_rows(conn, _EVIDENCE_OF, {"mids": chunk}),
-                             key=lambda ev: ev.id):
-                records.setdefault(ev.machine_id, []).append(ev)
+        records = evidence_of(conn, [w.machine_id for w in waiting])
         return [(w, records.get(w.machine_id, ())) for w in waiting]
 
     def _move(self, found, now):
@@ -89,25 +124,14 @@ class EvidenceWatcher:
         recognises; -> rolling_back for those past their deadline."""
         moves = []  # (waiting machine, evidence or None, transition arguments)
         for w, records in found:
-            evidence = None
-            candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
-                                   e.client_address, e.created_at)
-                          for e in records
-                          if w.activated_at is None or e.created_at >= w.activated_at]
-            if candidates:
-                iface = self.services.interfaces.get(w.target_boot_interface)
-                task = BootTask.lazy(self.services, w.machine_id, w.target_boot_interface,
-                                     w.migration_id)
-                evidence = iface.recognise_evidence(task, candidates)
+            evidence = recognised(self.services, w, records)
             if evidence is not None:
-                moves.append((w, evidence, dict(
-                    old="awaiting_boot", new="verifying", evidence_id=evidence.id,
-                    reason=f"boot evidence: {evidence.kind} of {evidence.path} from "
-                           f"{evidence.client_address}")))
+                moves.append((w, evidence, dict(old="awaiting_boot", new="verifying",
+                                                evidence_id=evidence.id,
+                                                reason=evidence_reason(evidence))))
             elif w.deadline is not None and now > w.deadline:
-                seconds = int((w.deadline - w.activated_at).total_seconds()) \
-                    if w.activated_at else "?"
-                error = f"no boot evidence through {w.target_boot_interface} within {seconds} s"
+                error = no_evidence_error(w.target_boot_interface, (
+                    w.deadline - w.activated_at).total_seconds() if w.activated_at else None)
                 moves.append((w, None, dict(old="awaiting_boot", new="rolling_back",
                                             reason=error, error=error)))
         if not moves:
@@ -124,15 +148,10 @@ class EvidenceWatcher:
             return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
                            for mid, ids in by_migration.items()}
 
-        dones, locked = self.services.write_grouped(move)
-        # committed before this move: announced before it
-        self.runner.announce_committed()
+        dones, locked = self.services.write_grouped(move)  # announced once committed
         jobs = {mid: self.runner.read_jobs(mid, taken) for mid, (_, taken) in locked.items()}
         for (w, evidence, _), done in zip(moves, dones, strict=True):
-            if done is None:
-                continue
-            self.runner.announce(done)
-            if evidence is not None:
+            if done is not None and evidence is not None:
                 metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
                                               evidence.created_at)
         for migration_id, (machine_ids, _) in locked.items():

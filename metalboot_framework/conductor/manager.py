@@ -2,14 +2,18 @@
 
 A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
-(canaries first), hands runnable steps to a pool of worker threads, moves
-machines awaiting boot on when their evidence arrives or their time runs out
+(canaries first), hands machines with runnable steps to the step loop (each a
+coroutine there, :mod:`metalboot_framework.steploop`; a plugin step written as
+a blocking function runs in the pool of worker threads), moves machines
+awaiting boot on when their evidence arrives or their time runs out
 (:mod:`.evidence`), halts migrations past their failure budget and closes
-finished ones. All state is in the database, so a restarted conductor simply
+finished ones. Enrolment and removal of machines at rest run in the worker
+threads. All state is in the database, so a restarted conductor simply
 carries on; several conductors can share one database because every step is
 claimed with a conditional update of the machine's lock.
 """
 
+import asyncio
 import concurrent.futures
 import datetime
 import logging
@@ -21,6 +25,7 @@ from sqlalchemy import func, select, update
 from metalboot_framework import migrations as mig
 from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import Waiting
+from metalboot_framework.conductor.boot_waits import BootWaits
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.evidence import EvidenceWatcher
 from metalboot_framework.conductor.removal import Remover
@@ -49,12 +54,16 @@ class Conductor:
         self._wake = threading.Event()
         self._threads = []
         self._pool = None
+        self._loop = services.step_loop
+        self._machine_tasks = set()  # the machines' coroutines (asyncio holds weak refs)
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
         # machine id -> migration id: handed over while a worker of ours still
         # ran the machine; that worker submits it again when it ends
         self._handed_back = {}
         self.evidence = EvidenceWatcher(services, self.runner, self._hand_over)
+        self.boot_waits = BootWaits(services, self.conf.conductor.evidence_interval)
+        self.runner.boot_waits = self.boot_waits
         self._last_scan = float("-inf")
 
     # -- life cycle -----------------------------------------------------------------
@@ -62,6 +71,8 @@ class Conductor:
         self._register()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.conf.conductor.workers, thread_name_prefix="conductor-worker")
+        self.runner.executor = self._pool
+        self.boot_waits.start()
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._scheduler_loop, "scheduler")
         if self.conf.conductor.drift_check_interval:
@@ -80,10 +91,17 @@ class Conductor:
         for thread in self._threads:
             thread.join(timeout)
         if self._pool is not None:
+            # machines finish the step they are in (their blocking plugin calls
+            # need the pool; those waiting for their boot stop waiting), then the
+            # pool's enrolments and removals
+            self.boot_waits.wake()
+            self._loop.run(self._machines_finished())
             self._pool.shutdown(wait=True, cancel_futures=True)
-        # transitions the workers queued without waiting commit before this one
+        self.boot_waits.stop()
+        # transitions queued without waiting commit before this one, and are
+        # announced before the conductor says it stopped
         self.services.write_grouped(lambda unit: None)
-        self.runner.announce_committed()
+        self.services.announcer.flush()
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
@@ -173,7 +191,6 @@ class Conductor:
 
     def tick(self):
         """One look at enrolling machines and at every live migration."""
-        self.runner.announce_committed()
         with self.services.db.read() as s:
             live = list(s.scalars(select(models.Migration).where(
                 models.Migration.state.in_(mig.LIVE_STATES) |
@@ -208,7 +225,22 @@ class Conductor:
             return admission.tally(conn, migration_id)
 
     def _submit(self, migration_id, machine_id, job=None):
-        held = [machine_id]  # what the worker runs now: it may go on to a successor
+        """Run the machine's steps as a coroutine on the step loop, unless we
+        already work on it (from any thread)."""
+        with self._in_flight_lock:
+            if machine_id in self._in_flight:
+                return False
+            self._in_flight.add(machine_id)
+        self._loop.call_soon(self._spawn_machine, migration_id, machine_id, job)
+        return True
+
+    def _spawn_machine(self, migration_id, machine_id, job):  # on the step loop
+        task = self._loop.loop.create_task(self._run_machine(migration_id, machine_id, job))
+        self._machine_tasks.add(task)
+        task.add_done_callback(self._machine_tasks.discard)
+
+    async def _run_machine(self, migration_id, machine_id, job):
+        held = [machine_id]  # what the coroutine runs now: it may go on to a successor
 
         def switch(old, new):
             with self._in_flight_lock:
@@ -219,8 +251,16 @@ class Conductor:
                 held[0] = new
                 return True
 
-        return self._start(machine_id, self.runner.run, migration_id, machine_id, job, switch,
-                           held=held)
+        try:
+            await self.runner.run(migration_id, machine_id, job, switch)
+        except Exception:
+            LOG.exception("work on machine %s failed", held[0])
+        finally:
+            self._ended(held[0])
+
+    async def _machines_finished(self):
+        while self._machine_tasks:
+            await asyncio.wait(list(self._machine_tasks))
 
     def _hand_over(self, migration_id, machine_ids, jobs):
         """Hand machines the tick moved into a runnable step to workers: with the
@@ -237,14 +277,14 @@ class Conductor:
             if machine_id not in jobs:  # locked by someone else: its worker or a scan
                 self._submit(migration_id, machine_id)
 
-    def _start(self, machine_id, work, *args, held=None):
-        """Hand work on a machine to a worker unless one already has the machine.
-        ``held``: [the machine the work is on], kept current by the work."""
+    def _start(self, machine_id, work, *args):
+        """Hand blocking work on a machine at rest (enrolment, removal) to a worker
+        thread unless we already work on the machine."""
         with self._in_flight_lock:
             if machine_id in self._in_flight:
                 return False
             self._in_flight.add(machine_id)
-        self._pool.submit(self._work, held or [machine_id], work, *args)
+        self._pool.submit(self._work, machine_id, work, *args)
         return True
 
     def _idle_workers(self):
@@ -283,19 +323,24 @@ class Conductor:
                 self._submit(migration.id, machine_id)
                 idle -= 1
 
-    def _work(self, held, work, *args):
-        """Run the machine's steps (or its enrolment) while they are runnable."""
+    def _work(self, machine_id, work, *args):
+        """Run blocking work on a machine at rest (a worker thread)."""
         try:
             work(*args)
         except Exception:
-            LOG.exception("work on machine %s failed", held[0])
+            LOG.exception("work on machine %s failed", machine_id)
         finally:
-            with self._in_flight_lock:
-                self._in_flight.discard(held[0])
-                again = self._handed_back.pop(held[0], None)
-            if again is not None and not self._stop.is_set():
-                self._submit(again, held[0])
-            self._wake.set()
+            self._ended(machine_id)
+
+    def _ended(self, machine_id):
+        """We no longer work on the machine: run it again if it was handed over
+        meanwhile; the scheduler looks again."""
+        with self._in_flight_lock:
+            self._in_flight.discard(machine_id)
+            again = self._handed_back.pop(machine_id, None)
+        if again is not None and not self._stop.is_set():
+            self._submit(again, machine_id)
+        self._wake.set()
 
     def _start_queued(self, migration, tally):
         """queued -> validating for as many machines as max_parallel and this
@@ -314,11 +359,8 @@ class Conductor:
             return
         dones, locked = self.services.write_grouped(
             lambda unit: self.runner.start_many(unit.session, migration.id, idle, [unit] * idle))
-        jobs = self.runner.read_jobs(migration.id, locked)
-        started = [done for done in dones if done is not None]
-        for done in started:
-            self.runner.announce(done)
-        self._hand_over(migration.id, [done[1] for done in started], jobs)
+        jobs = self.runner.read_jobs(migration.id, locked)  # starts announced once committed
+        self._hand_over(migration.id, [done[1] for done in dones if done is not None], jobs)
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""
@@ -342,11 +384,18 @@ class Conductor:
         return True
 
     def _cancel_queued(self, migration, reason="migration cancelled"):
+        """Queued machines -> cancelled; when cancelling, machines awaiting their
+        boot -> rolling_back: ours are woken and roll back by themselves, the
+        others' (unlocked: nobody waits for them) are moved here."""
+        if migration.state == "cancelling":
+            self.boot_waits.wake(migration.id)
         with self.services.db.read() as s:
             queued = s.scalars(select(MM.machine_id).where(
                 MM.migration_id == migration.id, MM.state == "queued")).all()
-            waiting = s.scalars(select(MM.machine_id).where(
-                MM.migration_id == migration.id, MM.state == "awaiting_boot")).all()
+            waiting = s.scalars(select(MM.machine_id).join(
+                models.Machine, models.Machine.id == MM.machine_id).where(
+                MM.migration_id == migration.id, MM.state == "awaiting_boot",
+                models.Machine.reservation.is_(None))).all()
         for machine_id in queued:
             self.runner.transition(migration.id, machine_id, "queued", "cancelled", reason)
         if migration.state == "cancelling":

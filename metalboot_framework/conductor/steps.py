@@ -11,10 +11,10 @@ conductor runs it even when several share the database. ``awaiting_boot`` is
 passive: the scheduler moves it on when evidence arrives or time runs out.
 """
 
+import asyncio
 import dataclasses
 import datetime
 import logging
-import queue
 import time
 
 from sqlalchemy import bindparam, case, select, update
@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, case, select, update
 from metalboot_framework import metrics
 from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import RELEASE
-from metalboot_framework.conductor.plugin_call import call_step
+from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
@@ -201,6 +201,15 @@ class Job:
     # preparing was still queued (see _finish_later), so the step may have
     # changed the machine even though it says validating
     resumed: bool = False
+    # time.monotonic() by which its boot is due, once it began to wait for it
+    boot_deadline: float | None = None
+
+
+def _log_if_failed(outcome):
+    try:
+        outcome.result()
+    except Exception:
+        LOG.exception("a step transition queued without waiting failed")
 
 
 class StepRunner:
@@ -214,8 +223,13 @@ class StepRunner:
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
-        # Outcomes of transitions workers did not wait for, once committed.
-        self._committed = queue.SimpleQueue()
+        # Threads for plugin steps written as blocking functions, vetoes and
+        # direct writes (the conductor's worker pool; None: asyncio's default).
+        self.executor = None
+        # Set by the conductor (:class:`.boot_waits.BootWaits`): a machine's
+        # coroutine waits for its boot itself, keeping the machine's lock;
+        # None: awaiting_boot ends the coroutine and the scheduler moves it on.
+        self.boot_waits = None
 
     # -- the step -------------------------------------------------------------------
     def claim_many(self, conn, migration_id, machine_ids):
@@ -278,11 +292,16 @@ class StepRunner:
     def release(self, machine_ids):
         """Drop this conductor's locks on machines it claimed but will not run."""
         if machine_ids:
-            self.services.write_grouped(lambda unit: unit.session.execute(
-                RELEASE_MANY, {"mids": list(machine_ids), "host": self.host}))
+            self.services.write_grouped(self._release_work(machine_ids))
 
-    def run(self, migration_id, machine_id, job=None, switch=None):
-        """Run the machine's steps while they are runnable, holding its lock.
+    def _release_work(self, machine_ids):
+        return lambda unit: unit.session.execute(
+            RELEASE_MANY, {"mids": list(machine_ids), "host": self.host})
+
+    async def run(self, migration_id, machine_id, job=None, switch=None):
+        """Run the machine's steps while they are runnable, holding its lock: a
+        coroutine on the step loop, which awaits each plugin step (a blocking
+        one in :attr:`executor`) and each commit.
 
         ``job``: what :meth:`claim_many` read when it took the lock; without
         it the lock is taken here. Each step's outcome is persisted before the
@@ -292,14 +311,14 @@ class StepRunner:
 
         ``switch(old, new)``: given, a machine that finishes frees its slot for
         the next queued machine of its migration in the transaction that
-        persists its end, and this worker goes on with that machine once
-        ``switch`` agreed (the caller's bookkeeping of what its workers run;
-        False: the machine's lock is released for whoever has it). Returns the
-        state the last machine is in afterwards, or None if nothing ran.
+        persists its end, and this coroutine goes on with that machine once
+        ``switch`` agreed (the caller's bookkeeping of what it runs; False:
+        the machine's lock is released for whoever has it). Returns the state
+        the last machine is in afterwards, or None if nothing ran.
         """
         if job is None:
-            job = self.services.write_grouped(lambda unit: self.claim_many(
-                unit.session, migration_id, [machine_id])).get(machine_id)
+            job = (await self.services.awrite_grouped(lambda unit: self.claim_many(
+                unit.session, migration_id, [machine_id]))).get(machine_id)
             if job is None:
                 return None
             job.resumed = True
@@ -308,145 +327,159 @@ class StepRunner:
                 started = time.monotonic()
                 step = job.state
                 job.refill = switch is not None and not self.stopping
-                new = self._step(job)
+                new = await self._step(job)
                 metrics.observe_step(step, job.target, time.monotonic() - started)
-                if new in RUNNABLE:
+                if new in self._goes_on:
                     job.state = new
                     continue
                 successor = job.successor
                 if successor is None:
                     return new
                 if not switch(job.machine_id, successor.machine_id):
-                    self.release([successor.machine_id])
+                    await self.services.awrite_grouped(
+                        self._release_work([successor.machine_id]))
                     return new
                 job = successor
         finally:
-            if job.pending is not None and job.released:
-                job.pending.add_done_callback(self._committed.put)
-            elif job.pending is not None:  # a step raised with its start's commit queued
-                self._settle(job)
+            if job.pending is not None and not job.released:
+                await self._settle(job)  # a step raised with its start's commit queued
             if not job.released:  # the last transition failed before releasing
-                with self.services.db.write_conn() as conn:
-                    conn.execute(RELEASE, {"mid": job.machine_id, "host": self.host})
+                await asyncio.get_running_loop().run_in_executor(
+                    self.executor, self._release_directly, job.machine_id)
 
-    def _step(self, job):
+    def _release_directly(self, machine_id):
+        """Not group-committed: the group commit may be what failed."""
+        with self.services.db.write_conn() as conn:
+            conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
+
+    @property
+    def _goes_on(self):
+        """The states in which a machine's coroutine keeps its lock and goes on."""
+        return RUNNABLE if self.boot_waits is None else RUNNABLE + ("awaiting_boot",)
+
+    async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
         if job.state != "rolling_back" and cancelling \
                 and not job.options.get("dry_run"):
-            return self._finish(job, "rolling_back", "migration cancelled",
-                                error="migration cancelled")
+            return await self._finish(job, "rolling_back", "migration cancelled",
+                                      error="migration cancelled")
         if job.options.get("dry_run"):
-            return self._dry_run(job)
+            return await self._dry_run(job)
         if job.state == "rolling_back":
-            return self._roll_back(job)
-        return self._forward(job)
+            return await self._roll_back(job)
+        if job.state == "awaiting_boot":
+            return await self._await_boot(job)
+        return await self._forward(job)
 
-    def _settle(self, job):
+    async def _await_boot(self, job):
+        """Wait for the machine's evidence or its deadline (:mod:`.boot_waits`);
+        woken without either, the step is looked at again (a cancel), unless
+        the conductor stops: then the machine is left awaiting its boot,
+        unlocked, for whoever looks next."""
+        timeout = self._boot_timeout(job.migration_id, job.options)
+        if job.boot_deadline is None:
+            job.boot_deadline = time.monotonic() + timeout
+        ended = await self.boot_waits.await_boot(job, job.boot_deadline, timeout)
+        if ended is None:
+            return None if self.stopping else "awaiting_boot"
+        new, reason, error, evidence_id = ended
+        if new == "verifying":
+            return self._finish_later(job, new, reason, evidence_id=evidence_id)
+        return await self._finish(job, new, reason, error=error)
+
+    async def _settle(self, job):
         """Wait for the transition queued without waiting; False if it found the
         machine moved by someone else."""
         pending, job.pending = job.pending, None
-        return pending is None or self._announce_settled(pending)
-
-    def _announce_settled(self, outcome):
-        """Announce a queued transition once committed; False if it found the
-        machine moved by someone else."""
-        done, _ = self.services.settle(outcome)
-        if done is not None:
-            self.announce(done)
+        if pending is None:
+            return True
+        done, _ = await self.services.asettle(pending)
         return done is not None
 
-    def _finish_later(self, job, new, reason):
+    def _finish_later(self, job, new, reason, evidence_id=None):
         """Queue the step's outcome and go on at once: for a step whose re-run
-        after a crash is harmless. A runnable ``new`` is waited for before the
-        next transition (:meth:`_settle`); any other releases the lock, and its
-        worker ends without waiting (:meth:`announce_committed`)."""
-        release = new not in RUNNABLE
+        after a crash is harmless. A ``new`` the coroutine goes on with is
+        waited for before the next transition (:meth:`_settle`); any other
+        releases the lock, and the machine's coroutine ends without waiting.
+        Either is announced once committed, in commit order (:meth:`_record`).
+
+        Such steps: validating -> preparing (validate changed nothing; prepare
+        is idempotent), activating -> awaiting_boot (activate is re-run), and
+        awaiting_boot -> verifying (a machine resumed awaiting its boot finds
+        its evidence again, and the source's clean_up is idempotent)."""
+        release = new not in self._goes_on
         job.pending = self.services.write_batched_later(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
-            names=(job.source, job.target), release=release))
+            names=(job.source, job.target), release=release, evidence_id=evidence_id))
+        if release:
+            job.pending.add_done_callback(_log_if_failed)  # nobody waits for it
         job.released = release
         return new
 
-    def announce_committed(self):
-        """Announce the transitions that workers queued and did not wait for,
-        as far as they are committed (the scheduler, before it moves machines on)."""
-        while True:
-            try:
-                outcome = self._committed.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                self._announce_settled(outcome)
-            except Exception:
-                LOG.exception("a queued transition failed")
-
-    def _finish(self, job, new, reason, error=None):
+    async def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows."""
-        release = new not in RUNNABLE
-        if not self._settle(job):
+        release = new not in self._goes_on
+        if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
-        done, successor = self.services.write_batched(self._apply_batch, Transition(
+        done, successor = await self.services.awrite_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
             refill=job.refill and new in _REFILLING))
-        if done is not None:
-            if new == "activating" and job.activated_at is None:
-                # what the committed row now says (its activated_at, the writer's
-                # clock): the machine may be reset onto the target from here on,
-                # so a rollback by this worker activates the source again
-                job.activated_at = models.utcnow()
-            self.announce(done)
+        if done is not None and new == "activating" and job.activated_at is None:
+            # what the committed row now says (its activated_at, the writer's
+            # clock): the machine may be reset onto the target from here on,
+            # so a rollback of this machine activates the source again
+            job.activated_at = models.utcnow()
         job.released = release
         if done is None:
             return None  # someone else moved the machine: not ours to go on with
         if successor is not None:
-            start, job.successor = successor
-            self.announce(start)
+            _, job.successor = successor
         return new
 
-    def _call(self, job, interface_name, step):
+    async def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
-        return call_step(self.services, job.machine, job.partition, interface_name, step,
-                         migration_id=job.migration_id)
+        return await acall_step(self.services, self.executor, job.machine, job.partition,
+                                interface_name, step, migration_id=job.migration_id)
 
-    def _dry_run(self, job):
-        error = self._call(job, job.target, "validate")
-        return self._finish(job, "invalid" if error else "valid",
-                            error or "valid for " + job.target, error=error)
+    async def _dry_run(self, job):
+        error = await self._call(job, job.target, "validate")
+        return await self._finish(job, "invalid" if error else "valid",
+                                  error or "valid for " + job.target, error=error)
 
-    def _forward(self, job):
+    async def _forward(self, job):
         state, source, target = job.state, job.source, job.target
         if state == "validating":
-            vetoes = self._vetoes(job.migration_id, job.machine_id)
+            vetoes = await self._vetoes(job.migration_id, job.machine_id)
             if vetoes:
                 # resumed, it may have been prepared: rolled back, not skipped
-                return self._finish(job, "rolling_back" if job.resumed else "skipped",
-                                    "vetoed: " + "; ".join(vetoes),
-                                    error="veto: " + "; ".join(vetoes))
-            error = self._call(job, target, "validate")
+                return await self._finish(job, "rolling_back" if job.resumed else "skipped",
+                                          "vetoed: " + "; ".join(vetoes),
+                                          error="veto: " + "; ".join(vetoes))
+            error = await self._call(job, target, "validate")
         elif state == "preparing":
-            error = self._call(job, target, "prepare")
+            error = await self._call(job, target, "prepare")
         elif state == "activating":
-            error = self._call(job, target, "activate")
+            error = await self._call(job, target, "activate")
         elif state == "verifying":
-            error = self._call(job, source, "clean_up")
+            error = await self._call(job, source, "clean_up")
             stale = self._stale_interface(job)
             if error is None and stale:
-                error = self._call(job, stale, "clean_up")
+                error = await self._call(job, stale, "clean_up")
         if error and state == "validating" and not job.resumed:
             # validate changes nothing (the contract), so nothing is rolled back:
             # the target's clean_up would only talk again to the BMC or DHCP server
             # that validation may have found broken, and fail the machine for nothing.
             # (A resumed machine may have been prepared: it is rolled back.)
-            return self._finish(job, "rolled_back", error, error=error)
+            return await self._finish(job, "rolled_back", error, error=error)
         if error:
-            return self._finish(job, "rolling_back", error, error=error)
+            return await self._finish(job, "rolling_back", error, error=error)
         message = DONE_MESSAGES[state].format(source=source, target=target)
         if state in ("validating", "activating"):
             return self._finish_later(job, FORWARD[state], message)
-        return self._finish(job, FORWARD[state], message)
+        return await self._finish(job, FORWARD[state], message)
 
-    def _roll_back(self, job):
+    async def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the
         target, make it boot through its source again."""
         steps = [(job.target, "clean_up")]
@@ -459,12 +492,13 @@ class StepRunner:
             # joined the migration before it was enrolled: prepare it now
             steps.append((job.source, "prepare"))
         for interface, step in steps:
-            error = self._call(job, interface, step)
+            error = await self._call(job, interface, step)
             if error:
-                return self._finish(job, "rollback_failed",
-                                    f"rollback failed: {error}; the machine needs an operator",
-                                    error=f"rollback failed: {error}")
-        return self._finish(job, "rolled_back", f"rolled back to {job.source}" + (
+                return await self._finish(
+                    job, "rollback_failed",
+                    f"rollback failed: {error}; the machine needs an operator",
+                    error=f"rollback failed: {error}")
+        return await self._finish(job, "rolled_back", f"rolled back to {job.source}" + (
             "" if job.activated_at else " (it had not been reset)"))
 
     def _stale_interface(self, job):
@@ -476,9 +510,15 @@ class StepRunner:
             return None
         return stale
 
-    def _vetoes(self, migration_id, machine_id):
+    async def _vetoes(self, migration_id, machine_id):
+        """The veto hooks' reasons, asked in a worker thread: a hook may ask
+        metal-api over the network, and the machine is read from the database."""
         if not self.services.hooks.has("metalboot_veto_machine"):
             return []
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._ask_vetoes, migration_id, machine_id)
+
+    def _ask_vetoes(self, migration_id, machine_id):
         from metalboot_framework import inventory, migrations
         machine = inventory.get_machine(self.services, machine_id)
         migration = migrations.get(self.services, migration_id)
@@ -494,8 +534,6 @@ class StepRunner:
         done, _ = self.services.write_batched(self._apply_batch, Transition(
             migration_id, machine_id, old, new, reason, error=error, evidence_id=evidence_id,
             release=release, options=options))
-        if done is not None:
-            self.announce(done)
         return done is not None
 
     def _apply_batch(self, conn, transitions):
@@ -659,7 +697,9 @@ class StepRunner:
                                              v_last_error=moved[0].error))
 
     def _record(self, unit, t):
-        """The events of a committed-to-be move; what :meth:`announce` needs."""
+        """The events of a committed-to-be move, and its announcement once
+        committed (in commit order: the announcer's thread); what
+        :meth:`announce` needs."""
         unit.event("migration.step", f"{t.old} -> {t.new}: {t.reason}",
                    machine_id=t.machine_id, migration_id=t.migration_id,
                    data={"old": t.old, "new": t.new, "reason": t.reason})
@@ -671,10 +711,12 @@ class StepRunner:
                        machine_id=t.machine_id, migration_id=t.migration_id,
                        data={"old": source, "new": target, "reason": "migration"})
             machine_change = (source, target)
-        return (t.migration_id, t.machine_id, t.old, t.new, t.reason, machine_change)
+        done = (t.migration_id, t.machine_id, t.old, t.new, t.reason, machine_change)
+        unit.announce(self.announce, done)
+        return done
 
     def announce(self, done):
-        """Log a committed transition and tell the hooks."""
+        """Log a committed transition and tell the hooks (in the announcer's thread)."""
         migration_id, machine_id, old, new, reason, machine_change = done
         LOG.info("machine %s in migration %s: %s -> %s: %s", machine_id, migration_id, old, new,
                  reason, extra={"migration_id": migration_id, "machine_id": machine_id,

@@ -4,10 +4,16 @@ from oslo_config import cfg
 
 opts = [
     cfg.IntOpt("workers", default=64, min=1,
-               help="Threads that run migration steps (plugin calls) at once. "
-                    "A migration's max_parallel is capped by this number."),
+               help="Machines this conductor works on at once (migration steps, "
+                    "enrolments, removals), and the threads that run plugin steps written "
+                    "as blocking functions (steps written as coroutines need none). A "
+                    "migration's max_parallel is capped by this number."),
     cfg.FloatOpt("poll_interval", default=0.5, min=0.01,
                  help="Seconds between looks for work that became due."),
+    cfg.FloatOpt("evidence_interval", default=0.02, min=0.001,
+                 help="Seconds between looks for boot evidence of the machines this "
+                      "conductor waits for (each look reads only evidence newer than the "
+                      "last)."),
     cfg.IntOpt("heartbeat_interval", default=10, min=1,
                help="Seconds between this conductor's heartbeats."),
     cfg.IntOpt("heartbeat_timeout", default=60, min=2,

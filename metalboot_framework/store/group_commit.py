@@ -23,6 +23,8 @@ import logging
 import queue
 import threading
 
+from metalboot_framework.daemon_thread import DaemonThread
+
 LOG = logging.getLogger(__name__)
 
 
@@ -96,19 +98,21 @@ class Outcome:
 class GroupCommitter:
     """Runs ``work(conn)`` callables in shared write transactions of ``connect()``."""
 
-    def __init__(self, connect, finish=None, max_batch=256, name="group-commit"):
+    def __init__(self, connect, finish=None, committed=None, max_batch=256,
+                 name="group-commit"):
         self._connect = connect  # () -> context manager yielding a connection in a txn
         self._finish = finish  # (conn, results) -> None, last in every transaction
+        # (results) -> None, in this thread after each commit, before any caller
+        # hears of it: what must follow commits in their order (the announcer)
+        self._committed = committed
         self._queue = queue.SimpleQueue()
         self._max_batch = max_batch
-        self._name = name
-        self._thread = None
-        self._lock = threading.Lock()
+        self._thread = DaemonThread(self._loop, name)
 
     def run(self, work):
         """Run ``work(conn)`` (or a :class:`Batched` item) in a write transaction;
         its result once committed."""
-        if threading.current_thread() is self._thread:
+        if self._thread.is_current():
             # The batch holds the write transaction (on SQLite the process's write
             # lock): a second one from here would wait for itself.
             raise RuntimeError("a grouped write must not start another write")
@@ -118,16 +122,8 @@ class GroupCommitter:
         """Queue ``work`` like :meth:`run`; its :class:`Outcome`, without waiting."""
         future = Outcome()
         self._queue.put((work, future))
-        self._ensure_thread()
+        self._thread.ensure()
         return future
-
-    def _ensure_thread(self):
-        if self._thread is None or not self._thread.is_alive():
-            with self._lock:
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(target=self._loop, name=self._name,
-                                                    daemon=True)
-                    self._thread.start()
 
     def _loop(self):
         while True:
@@ -178,5 +174,10 @@ class GroupCommitter:
                 if len(failed) > 1 or index != failed[0]:
                     self._commit([item])
             return
+        if self._committed is not None:
+            try:
+                self._committed(results)
+            except Exception:
+                LOG.exception("what follows a commit failed; the batch is committed")
         for (_, future), result in zip(batch, results, strict=True):
             future.set_result(result)

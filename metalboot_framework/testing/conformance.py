@@ -79,6 +79,8 @@ fixture of its own and marks the subclass ``@pytest.mark.functional``.
   docstring; ``evidence_artifacts`` are plain names (or boot reports count).
 - **describe()** is JSON-serialisable, survives a JSON round trip unchanged
   and names the interface.
+- Steps are called through :meth:`BootInterfaceConformance.step`: written as
+  coroutines (``async def``), they run on the process's step loop.
 - **validate has no side effects**: the world is unchanged after ``validate``
   of a valid machine and after a ``validate`` that fails (for
   :meth:`invalid_machine_fields`), which must raise
@@ -119,6 +121,7 @@ from sqlalchemy import func, select
 
 from metalboot_framework.boot_interface import BootInterface, Capability, Evidence, Property
 from metalboot_framework.exceptions import ValidationFailed
+from metalboot_framework.steploop import call_blocking
 
 #: Names of ``oslo.config.opts`` entry points whose options :func:`make_conf`
 #: registers: ``metalboot`` and ``metalboot.<anything>`` (third-party plugins
@@ -195,7 +198,8 @@ def make_services(state_dir, enabled, default=None, options=None,
 
 
 def close_services(services):
-    """Close the database connections of ``services``."""
+    """Close the database connections and the step loop of ``services``."""
+    services.step_loop.close()
     services.db.dispose()
 
 
@@ -362,6 +366,11 @@ class BootInterfaceConformance:
         self.client = create_app(services).test_client()
         yield
 
+    def step(self, name, task):
+        """Call step ``name`` of the interface as the conductor would, whether the
+        plugin wrote it as a blocking function or as a coroutine."""
+        return call_blocking(getattr(self.interface, name), task)
+
     def world(self):
         return self.snapshot_world()
 
@@ -414,8 +423,8 @@ class BootInterfaceConformance:
     # -- validate -----------------------------------------------------------------------------
     def test_validate_has_no_side_effects(self):
         before = self.world()
-        self.interface.validate(self.task)
-        self.interface.validate(self.task)
+        self.step("validate", self.task)
+        self.step("validate", self.task)
         assert_same_world(before, self.world(), "validate")
 
     def test_failing_validate_has_no_side_effects(self):
@@ -425,66 +434,66 @@ class BootInterfaceConformance:
         task = self.services.task(add_machine(self.services, **fields), self.interface_name)
         before = self.world()
         with pytest.raises(ValidationFailed):
-            self.interface.validate(task)
+            self.step("validate", task)
         assert_same_world(before, self.world(), "a failing validate")
 
     # -- idempotence ---------------------------------------------------------------------------
     def test_prepare_is_idempotent(self):
-        self.interface.prepare(self.task)
+        self.step("prepare", self.task)
         once = self.world()
-        self.interface.prepare(self.task)
+        self.step("prepare", self.task)
         assert_same_world(once, self.world(), "a second prepare")
 
     def test_activate_is_idempotent(self):
-        self.interface.prepare(self.task)
-        self.interface.activate(self.task)
+        self.step("prepare", self.task)
+        self.step("activate", self.task)
         once = self.world()
-        self.interface.activate(self.task)
+        self.step("activate", self.task)
         assert_same_world(once, self.world(), "a second activate")
 
     def test_clean_up_is_idempotent(self):
-        self.interface.prepare(self.task)
-        self.interface.activate(self.task)
-        self.interface.clean_up(self.task)
+        self.step("prepare", self.task)
+        self.step("activate", self.task)
+        self.step("clean_up", self.task)
         once = self.world()
-        self.interface.clean_up(self.task)
+        self.step("clean_up", self.task)
         assert_same_world(once, self.world(), "a second clean_up")
 
     # -- clean_up -------------------------------------------------------------------------------
     def test_clean_up_leaves_nothing_behind(self):
         before = self.residue_free(self.world())
-        self.interface.prepare(self.task)
-        self.interface.activate(self.task)
-        self.interface.clean_up(self.task)
+        self.step("prepare", self.task)
+        self.step("activate", self.task)
+        self.step("clean_up", self.task)
         assert_same_world(before, self.residue_free(self.world()),
                           "prepare + activate + clean_up")
 
     def test_clean_up_after_prepare_only(self):
         before = self.residue_free(self.world())
-        self.interface.prepare(self.task)
-        self.interface.clean_up(self.task)
+        self.step("prepare", self.task)
+        self.step("clean_up", self.task)
         assert_same_world(before, self.residue_free(self.world()), "prepare + clean_up")
 
     def test_clean_up_when_nothing_was_prepared(self):
         before = self.world()
-        self.interface.clean_up(self.task)
+        self.step("clean_up", self.task)
         assert_same_world(self.residue_free(before), self.residue_free(self.world()),
                           "clean_up of a machine on which nothing was prepared")
 
     def test_clean_up_spares_other_machines(self):
-        self.interface.prepare(self.bystander_task)
-        self.interface.activate(self.bystander_task)
+        self.step("prepare", self.bystander_task)
+        self.step("activate", self.bystander_task)
         before = self.residue_free(self.world())
-        self.interface.prepare(self.task)
-        self.interface.activate(self.task)
-        self.interface.clean_up(self.task)
+        self.step("prepare", self.task)
+        self.step("activate", self.task)
+        self.step("clean_up", self.task)
         assert_same_world(before, self.residue_free(self.world()),
                           "clean_up of one machine (while another is prepared)")
 
     # -- evidence ---------------------------------------------------------------------------------
     def _activated(self):
-        self.interface.prepare(self.task)
-        self.interface.activate(self.task)
+        self.step("prepare", self.task)
+        self.step("activate", self.task)
         return latest_evidence_id(self.services)
 
     def test_evidence_artifacts_recognised(self):

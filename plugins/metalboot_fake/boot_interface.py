@@ -7,7 +7,11 @@ server running for weeks does not grow); the ``fake.activate`` event carries the
 URL a BMC would have been given (a simulated machine reads it from there, see
 :mod:`metalboot_framework.testing.simulator`). It is installed twice, as
 ``fake`` and ``fake-alt``, so that migrations between two simulated paths can
-be shown without hardware. Evidence comes from a simulated machine that
+be shown without hardware. Its steps are coroutines (a BMC client on asyncio
+would be written so); ``fake-blocking`` and ``fake-blocking-alt`` are the same
+interface with its steps written as blocking functions, as a plugin on a
+synchronous BMC library (sushy) is: the conductor runs those in its worker
+threads. Evidence comes from a simulated machine that
 fetches the machine's boot.ipxe URL or posts a boot report, or, with the
 machine property ``fake_autoboot``, from the plugin itself fetching that URL
 over HTTP after activation, as a machine's firmware would.
@@ -15,11 +19,13 @@ over HTTP after activation, as a machine's firmware would.
 Machine properties it reads:
 
 - ``fake_fail``: mapping of step name to an error message; that step raises.
-- ``fake_delay``: seconds every call sleeps (a slow BMC).
+- ``fake_delay``: seconds every call waits (a slow BMC): ``asyncio.sleep`` in
+  the coroutine steps, ``time.sleep`` in the blocking ones.
 - ``fake_autoboot``: after ``activate``, fetch the boot.ipxe URL in a thread.
 - ``fake_boot_delay``: seconds between activate and that fetch.
 """
 
+import asyncio
 import collections
 import logging
 import os
@@ -75,37 +81,56 @@ class FakeBootInterface(BootInterface):
             "fake_boot_delay": Property("Seconds from activate to the simulated fetch."),
         }
 
-    def _call(self, step, task, **data):
+    def _begin(self, step, task):
+        """Record the call; the seconds it is to take."""
         self.calls.append((step, task.machine.id))
-        delay = float(task.machine.properties.get("fake_delay") or 0)
-        if delay:
-            time.sleep(delay)
-        if task.conf.fake.record_events:
-            task.record_event(f"fake.{step}", f"fake {step} called",
-                              interface=self.name, **data)
+        return float(task.machine.properties.get("fake_delay") or 0)
+
+    def _end(self, step, task):
         failures = task.machine.properties.get("fake_fail") or {}
         failure = failures.get(f"{self.name}.{step}") or failures.get(step)
         if failure:
             raise (ValidationFailed if step == "validate" else BootInterfaceError)(
                 f"fake {step} failed for machine {task.machine.id}: {failure}")
 
-    def validate(self, task):
+    async def _call(self, step, task, **data):
+        delay = self._begin(step, task)
+        if delay:
+            await asyncio.sleep(delay)
+        if task.conf.fake.record_events:
+            await task.arecord_event(f"fake.{step}", f"fake {step} called",
+                                     interface=self.name, **data)
+        self._end(step, task)
+
+    @staticmethod
+    def _check_fail_property(task):
         fail = task.machine.properties.get("fake_fail")
         if fail is not None and not isinstance(fail, dict):
             raise ValidationFailed("property fake_fail must be a mapping of step to message",
                                    fields={"properties.fake_fail": ["must be an object"]})
-        self._call("validate", task)
 
-    def prepare(self, task):
-        self._call("prepare", task)
+    async def validate(self, task):
+        self._check_fail_property(task)
+        await self._call("validate", task)
 
-    def activate(self, task):
+    async def prepare(self, task):
+        await self._call("prepare", task)
+
+    async def activate(self, task):
         # What a BMC would be told: the simulated machine reads it from the event.
         url = task.artifact_url("boot.ipxe")
-        self._call("activate", task, boot_url=url)
+        await self._call("activate", task, boot_url=url)
+        self._reset(task, url)
+
+    async def clean_up(self, task):
+        await self._call("clean_up", task)
+
+    def _reset(self, task, url):
+        """What the simulated machine sees of its reset: the console line, and
+        its own boot if it boots by itself."""
         if task.conf.fake.console_log:
             # One write(2) to a descriptor opened with O_APPEND: lines of many
-            # workers never interleave, and no lock is held across the write
+            # machines never interleave, and no lock is held across the write
             os.write(self._console_fd(task.conf.fake.console_log),
                      f"{task.machine.id} {url}\n".encode())
         if task.machine.properties.get("fake_autoboot"):
@@ -131,9 +156,35 @@ class FakeBootInterface(BootInterface):
         except requests.RequestException as exc:
             LOG.warning("simulated boot fetch of %s failed: %s", url, exc)
 
-    def clean_up(self, task):
-        self._call("clean_up", task)
-
     def check_drift(self, task):
         drift = task.machine.properties.get("fake_drift")
         return [str(drift)] if drift else []
+
+
+class BlockingFakeBootInterface(FakeBootInterface):
+    """Fake boot interface with blocking steps, for tests and benchmarks of the
+    conductor's worker threads; touches no real machine."""
+
+    def _call(self, step, task, **data):
+        delay = self._begin(step, task)
+        if delay:
+            time.sleep(delay)
+        if task.conf.fake.record_events:
+            task.record_event(f"fake.{step}", f"fake {step} called", interface=self.name,
+                              **data)
+        self._end(step, task)
+
+    def validate(self, task):
+        self._check_fail_property(task)
+        self._call("validate", task)
+
+    def prepare(self, task):
+        self._call("prepare", task)
+
+    def activate(self, task):
+        url = task.artifact_url("boot.ipxe")
+        self._call("activate", task, boot_url=url)
+        self._reset(task, url)
+
+    def clean_up(self, task):
+        self._call("clean_up", task)

@@ -1,0 +1,133 @@
+"""The process's event loop: boot-interface steps written as coroutines, and the
+conductor's machines in a migration.
+
+A boot interface may write its steps as coroutines (``async def activate``):
+a plugin on an asynchronous BMC client then waits for hundreds of BMCs at once
+without a thread each, as MAAS's power drivers do on Twisted. The conductor
+runs every machine of a migration as a coroutine on this loop; a step written
+as a blocking function (a plugin on sushy) takes one of the conductor's worker
+threads for as long as the call lasts, and nothing else does. Hundreds of
+threads that wake for every BMC answer and every commit cost more CPU in the
+kernel than the steps themselves, and queue for the GIL behind each other.
+
+Blocking code (the API, enrolment, the conformance kit) calls a step with
+:func:`call_blocking`, whichever way it is written.
+"""
+
+import asyncio
+import inspect
+import logging
+import threading
+
+LOG = logging.getLogger(__name__)
+
+
+def is_coroutine_step(method):
+    """Whether a boot interface wrote ``method`` as a coroutine function."""
+    return inspect.iscoroutinefunction(method)
+
+
+def call_blocking(method, task):
+    """Call a step of a boot interface from blocking code and return its result:
+    a coroutine step runs on the process's loop (``task.services.step_loop``)."""
+    if is_coroutine_step(method):
+        return task.services.step_loop.run(method(task))
+    return method(task)
+
+
+class StepLoop:
+    """An asyncio loop in a thread of its own, started when first needed."""
+
+    def __init__(self, name="metalboot-steps"):
+        self._name = name
+        self._loop = None
+        self._thread = None
+        self._start_lock = threading.Lock()
+        self._calls_lock = threading.Lock()
+        self._calls = []
+        self._drain_scheduled = False
+
+    @property
+    def loop(self):
+        if self._loop is None:
+            with self._start_lock:
+                if self._loop is None:
+                    loop = asyncio.new_event_loop()
+                    thread = threading.Thread(target=self._serve, args=(loop,), name=self._name,
+                                              daemon=True)
+                    thread.start()
+                    self._thread, self._loop = thread, loop
+        return self._loop
+
+    def close(self, timeout=5):
+        """Stop the loop and its thread (what still runs on it is dropped)."""
+        with self._start_lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+        if not thread.is_alive():
+            loop.close()
+
+    @staticmethod
+    def _serve(loop):
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+    def in_loop(self):
+        """Whether the caller runs on the loop's thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def run(self, coro, timeout=None):
+        """Run ``coro`` on the loop and wait for its result (not from the loop itself:
+        it would wait for itself)."""
+        if self.in_loop():
+            coro.close()
+            raise RuntimeError("a blocking call of a coroutine step on the step loop "
+                               "would wait for itself; await it instead")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call_soon(self, fn, *args):
+        """``fn(*args)`` on the loop, from any thread, in the order of the calls.
+
+        Calls made while the loop has not yet run the previous ones share one
+        wake-up of the loop: a group commit that settles a hundred transitions
+        wakes it once, not a hundred times.
+        """
+        with self._calls_lock:
+            self._calls.append((fn, args))
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self):
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+            self._drain_scheduled = False
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:
+                LOG.exception("a call handed to the step loop failed")
+
+    def outcome(self, outcome):
+        """An asyncio future (on the loop, to be awaited there) that is done when
+        the group commit's ``outcome`` is: the writer thread hands it over through
+        :meth:`call_soon`, so a coroutine waits for a commit without a thread."""
+        future = self.loop.create_future()
+        outcome.add_done_callback(lambda done: self.call_soon(_settle, future, done))
+        return future
+
+
+def _settle(future, outcome):
+    if future.cancelled():
+        return
+    try:
+        value = outcome.result()
+    except BaseException as exc:  # the caller's own error, as a blocking caller gets it
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
