@@ -9,6 +9,12 @@ The conductor may be killed between any two calls, and calls it again after a
 restart: every step must be safe to repeat (idempotent), and ``clean_up`` must
 succeed on a machine on which ``prepare`` never ran or ran only halfway.
 
+The four steps (``validate``, ``prepare``, ``activate``, ``clean_up``) may be
+plain methods, which block a worker thread of the conductor while they run, or
+coroutines (``async def``), which the conductor awaits on its step loop
+without a thread (:mod:`metalboot_framework.steploop`); a coroutine step must
+not block.
+
 Plugins subclass :class:`BootInterface` and are registered under the entry-point
 namespace ``metalboot.boot_interfaces``; the entry-point name is the interface's
 name, which the loader sets as :attr:`BootInterface.name`.

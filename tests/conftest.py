@@ -64,6 +64,7 @@ def services(conf):
     from metalboot_framework.services import Services
     svc = Services.from_conf(conf)
     yield svc
+    svc.step_loop.close()
     svc.db.dispose()
 
 

@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+import requests
+import sqlalchemy
 from sqlalchemy import update
 
 from metalboot_framework.testing.simulator import FETCH, FETCH_404, REPORT, SILENT, SimulatedFleet
@@ -485,3 +487,66 @@ def test_a_mass_enrolment_does_not_hold_back_a_migration(server_factory):
     states = [server.request("GET", f"/v1/machines/{b['id']}").json()["state"] for b in slow]
     assert "enrolling" in states, "the migration waited for the whole enrolment"
     server.wait_enrolled(timeout=60)
+
+
+def test_blocking_plugin_steps_migrate_and_roll_back(server_factory):
+    """A plugin whose steps block (as one on sushy does) runs them in the
+    conductor's worker threads; the same migrations work as with coroutine steps."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake-blocking,"
+                                       "fake-blocking-alt\ndefault_boot_interface = "
+                                       "fake-blocking\n").start()
+    ids = setup_machines(server, 5, boot_interface="fake-blocking",
+                         properties={"fake_delay": 0.05})
+    server.request("PATCH", f"/v1/machines/{ids[0]}", json={"properties": {
+        "fake_fail": {"fake-blocking-alt.activate": "BMC timed out"}}}).raise_for_status()
+    with SimulatedFleet(server.url, server.token):
+        m = wait_for(server, migrate(server, ids, target="fake-blocking-alt",
+                                     max_parallel=3)["id"])
+    assert m["counts"] == {"done": 4, "rolled_back": 1}, m
+    assert fake_calls(server, ids[1]) == [
+        ("validate", "fake-blocking-alt"), ("prepare", "fake-blocking-alt"),
+        ("activate", "fake-blocking-alt"), ("clean_up", "fake-blocking")]
+    assert fake_calls(server, ids[0])[-3:] == [
+        ("clean_up", "fake-blocking-alt"), ("prepare", "fake-blocking"),
+        ("activate", "fake-blocking")]
+    assert server.request("GET", f"/v1/machines/{ids[1]}").json()["boot_interface"] == \
+        "fake-blocking-alt"
+
+
+def test_a_stopped_conductor_leaves_machines_awaiting_their_boot_to_its_next_run(
+        server_factory):
+    """Machines awaiting their boot are waited for by their coroutines, which
+    hold their locks: a stop must not wait for their boot_timeout, and must leave
+    them unlocked, so that the next run moves them on by their evidence."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+    ids = setup_machines(server, 3)
+    with SimulatedFleet(server.url, server.token, default=SILENT):
+        m = migrate(server, ids, max_parallel=3, boot_timeout=600)
+        deadline = time.monotonic() + 20
+        while set(s["state"] for s in machine_states(server, m["id"]).values()) != \
+                {"awaiting_boot"}:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        locks = {mid: server.request("GET", f"/v1/machines/{mid}").json()["lock"]
+                 for mid in ids}
+        assert all(locks.values()), locks  # their coroutines hold them while waiting
+        started = time.monotonic()
+        assert server.stop() == 0
+        assert time.monotonic() - started < 15
+    db = Database(server.database_url or f"sqlite:///{server.state}/metalboot.sqlite")
+    with db.read() as s:
+        rows = s.execute(sqlalchemy.select(models.Machine.id, models.Machine.reservation)
+                         .where(models.Machine.id.in_(ids))).all()
+        urls = {e.machine_id: e.data["boot_url"] for e in s.scalars(
+            sqlalchemy.select(models.Event).where(models.Event.kind == "fake.activate",
+                                                  models.Event.migration_id == m["id"]))}
+    db.dispose()
+    assert {mid: lock for mid, lock in rows} == {mid: None for mid in ids}
+    server.start()
+    for mid in ids:  # the machines boot while nobody waits for them
+        assert requests.get(urls[mid], timeout=10).status_code == 200
+    final = wait_for(server, m["id"], timeout=30)
+    assert final["counts"] == {"done": 3}, final
+    for mid in ids:
+        assert steps_of(server, mid) == ["validating", "preparing", "activating",
+                                         "awaiting_boot", "verifying", "done"]
