@@ -85,8 +85,15 @@ HTTP_DURATION = Histogram(
 
 
 # -- conductor ----------------------------------------------------------------------
+_STEP_CHILDREN = {}  # (step, interface) -> STEP_DURATION's child: labels() locks and looks up
+
+
 def observe_step(step, boot_interface, seconds):
-    STEP_DURATION.labels(step, boot_interface or "unknown").observe(max(0.0, seconds))
+    key = (step, boot_interface or "unknown")
+    child = _STEP_CHILDREN.get(key)
+    if child is None:
+        child = _STEP_CHILDREN[key] = STEP_DURATION.labels(*key)
+    child.observe(max(0.0, seconds))
 
 
 def observe_boot_evidence(boot_interface, activated_at, evidence_at):

@@ -128,6 +128,9 @@ class Services:
             conn, [unit for unit, _ in done]), committed=self._announce_committed)
         # Coroutine plugin steps and the conductor's machines (started when first used).
         self.step_loop = StepLoop()
+        # Called when a migration is created or changes state through the API:
+        # a conductor in this process looks at once, not at its next poll.
+        self.migration_watchers = []
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if conf.artifacts.template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
@@ -193,6 +196,10 @@ class Services:
         if unit.events and self.hooks.has("metalboot_event"):
             calls += [(self._notify_event, (ev,)) for ev in unit.events]
         return calls + unit.after
+
+    def migrations_changed(self):
+        for watcher in self.migration_watchers:
+            watcher()
 
     def _notify_event(self, ev):
         self.hooks.notify("metalboot_event", event=event_dict(ev))

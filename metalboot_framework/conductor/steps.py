@@ -384,6 +384,8 @@ class StepRunner:
             return None if self.stopping else "awaiting_boot"
         new, reason, error, evidence_id = ended
         if new == "verifying":
+            if not await self._settle(job):  # the move to awaiting_boot (committed by now)
+                return None
             return self._finish_later(job, new, reason, evidence_id=evidence_id)
         return await self._finish(job, new, reason, error=error)
 
