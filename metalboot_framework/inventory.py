@@ -296,6 +296,7 @@ def register_machines(services, items, many):
                            "data": {"boot_interface": iface, "partition": item["partition"]},
                            "created_at": now})
     with services.write() as unit:
+        unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         _check_references(s, services, items, prefix)
         existing = []
@@ -372,6 +373,7 @@ def active_migration_of(session, machine_id):
 def patch_machine(services, machine_id, data):
     changes = sorted(data)
     with services.write() as unit:
+        unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         m = _machine_for_update(s, machine_id)
         if m.state == "deleting":
@@ -450,6 +452,7 @@ def delete_machine(services, machine_id, force=False):
     machine, ``deleting``, or None when it is gone already."""
     view = get_machine(services, machine_id)
     with services.write() as unit:
+        unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         m = _machine_for_update(s, machine_id)
         busy = active_migration_of(s, machine_id)

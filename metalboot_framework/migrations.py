@@ -137,7 +137,7 @@ def create(services, body):
                    migration_id=migration_id,
                    data={"boot_interface": target, "total": len(rows),
                          "queued": len(queued), "options": options})
-        unit.announce(services.migrations_changed)
+        unit.announce(services.work_arrived)
     view = get(services, migration_id)
     services.hooks.notify("metalboot_migration_state_changed", migration=view, old=None,
                           new="running")
@@ -257,7 +257,7 @@ def _transition(services, migration_id, allowed, new, message, action, done):
         m.updated_at = models.utcnow()
         unit.event("migration.state", f"{old} -> {new}: {message}", migration_id=migration_id,
                    data={"old": old, "new": new, "reason": message})
-        unit.announce(services.migrations_changed)
+        unit.announce(services.work_arrived)
     result = get(services, migration_id)
     services.hooks.notify("metalboot_migration_state_changed", migration=result, old=old,
                           new=new)

@@ -128,9 +128,10 @@ class Services:
             conn, [unit for unit, _ in done]), committed=self._announce_committed)
         # Coroutine plugin steps and the conductor's machines (started when first used).
         self.step_loop = StepLoop()
-        # Called when a migration is created or changes state through the API:
-        # a conductor in this process looks at once, not at its next poll.
-        self.migration_watchers = []
+        # Called when the API made work for a conductor (a migration created or
+        # resumed, a machine to enrol or remove): a conductor in this process
+        # looks at once, not at its next poll.
+        self.work_watchers = []
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if conf.artifacts.template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
@@ -197,8 +198,8 @@ class Services:
             calls += [(self._notify_event, (ev,)) for ev in unit.events]
         return calls + unit.after
 
-    def migrations_changed(self):
-        for watcher in self.migration_watchers:
+    def work_arrived(self):
+        for watcher in self.work_watchers:
             watcher()
 
     def _notify_event(self, ev):

@@ -161,7 +161,8 @@ class ServerProcess:
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
-            f"[conductor]\npoll_interval = 0.1\n{database}")
+            + ("" if "poll_interval" in extra_conf else "[conductor]\npoll_interval = 0.1\n")
+            + database)
         self.command = command
         self.database_url = database_url
         self.env = dict(os.environ, **(env or {}))

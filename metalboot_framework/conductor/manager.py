@@ -72,7 +72,7 @@ class Conductor:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.conf.conductor.workers, thread_name_prefix="conductor-worker")
         self.runner.executor = self._pool
-        self.services.migration_watchers.append(self._wake.set)
+        self.services.work_watchers.append(self._wake.set)
         self.boot_waits.start()
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._scheduler_loop, "scheduler")

@@ -550,3 +550,32 @@ def test_a_stopped_conductor_leaves_machines_awaiting_their_boot_to_its_next_run
     for mid in ids:
         assert steps_of(server, mid) == ["validating", "preparing", "activating",
                                          "awaiting_boot", "verifying", "done"]
+
+
+def test_migrations_start_and_resume_without_waiting_for_the_poll(server_factory):
+    """The API wakes the conductor of its process when it made work for it (a
+    machine to enrol, a migration created or resumed): with a poll of 30 s,
+    nothing else would look before then."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
+                                       "[conductor]\npoll_interval = 30\n").start()
+    started = time.monotonic()
+    ids = setup_machines(server, 3, properties={"fake_autoboot": True})
+    assert time.monotonic() - started < 10  # enrolled
+    time.sleep(1)  # the ticks that the enrolments' ends asked for are over
+    started = time.monotonic()
+    first = wait_for(server, migrate(server, ids[:1])["id"], timeout=20)
+    assert first["counts"] == {"done": 1} and time.monotonic() - started < 10
+    m = migrate(server, ids[1:], max_parallel=1)
+    assert server.request("POST", f"/v1/migrations/{m['id']}/pause").status_code == 200
+    deadline = time.monotonic() + 20
+    # the machine in flight finishes; the paused migration starts no other
+    while machine_states(server, m["id"]).get(ids[1], {}).get("state") not in (
+            "done", "queued"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert machine_states(server, m["id"])[ids[2]]["state"] == "queued"
+    time.sleep(1)  # the tick that the machine's end asked for is over
+    resumed = time.monotonic()
+    assert server.request("POST", f"/v1/migrations/{m['id']}/resume").status_code == 200
+    m = wait_for(server, m["id"], timeout=20)
+    assert m["counts"] == {"done": 2} and time.monotonic() - resumed < 10

@@ -11,9 +11,14 @@ from tests.functional.test_migrations import machine_states, migrate, setup_mach
 
 pytestmark = pytest.mark.functional
 
+# Ten workers each against a max_parallel of 20: conductors share a migration by
+# their capacity (a machine's coroutine keeps its lock to the end and refills
+# the slot it frees), so with more workers than max_parallel the first to start
+# the wave could run all of it, and killing the other would test nothing.
 CONDUCTOR_CONF = """enabled_boot_interfaces = fake,fake-alt
 host = {host}
 [conductor]
+workers = 10
 heartbeat_interval = 1
 heartbeat_timeout = 4
 [api]
