@@ -17,6 +17,7 @@ Blocking code (the API, enrolment, the conformance kit) calls a step with
 import asyncio
 import inspect
 import logging
+import queue
 import threading
 
 LOG = logging.getLogger(__name__)
@@ -58,6 +59,12 @@ class StepLoop:
         self._calls_lock = threading.Lock()
         self._calls = []
         self._drain_scheduled = False
+        # call_in_thread(): its threads, started as needed up to _threads_max
+        self._work = queue.SimpleQueue()
+        self._threads_lock = threading.Lock()
+        self._threads_max = 64
+        self._threads_started = 0
+        self._threads_idle = 0
 
     @property
     def loop(self):
@@ -128,6 +135,42 @@ class StepLoop:
             except Exception:
                 LOG.exception("a call handed to the step loop failed")
 
+    def set_threads(self, count):
+        """At most ``count`` threads for :meth:`call_in_thread` (a conductor's
+        ``workers``: a blocking step holds one for as long as it runs)."""
+        self._threads_max = count
+
+    async def call_in_thread(self, fn, *args):
+        """``fn(*args)`` in one of this loop's threads, awaited without blocking
+        the loop: a blocking plugin step, or anything that reads or writes the
+        database directly. Unlike ``run_in_executor``, the answer comes back
+        through :meth:`call_soon` (answers of many threads share a wake-up of
+        the loop) and needs no ``concurrent.futures.Future`` (a Condition and an
+        RLock per call)."""
+        future = self.loop.create_future()
+        with self._threads_lock:
+            self._work.put((fn, args, future))
+            if self._work.qsize() > self._threads_idle \
+                    and self._threads_started < self._threads_max:
+                self._threads_started += 1
+                threading.Thread(target=self._serve_calls, daemon=True,
+                                 name=f"{self._name}-thread-{self._threads_started}").start()
+        return await future
+
+    def _serve_calls(self):
+        while True:
+            with self._threads_lock:
+                self._threads_idle += 1
+            fn, args, future = self._work.get()
+            with self._threads_lock:
+                self._threads_idle -= 1
+            try:
+                value = fn(*args)
+            except BaseException as exc:
+                self.call_soon(_set_exception, future, exc)
+            else:
+                self.call_soon(_set_result, future, value)
+
     def outcome(self, outcome):
         """An asyncio future (on the loop, to be awaited there) that is done when
         the group commit's ``outcome`` is: the writer thread hands it over through
@@ -135,6 +178,16 @@ class StepLoop:
         future = self.loop.create_future()
         outcome.add_done_callback(lambda done: self.call_soon(_settle, future, done))
         return future
+
+
+def _set_result(future, value):
+    if not future.cancelled():
+        future.set_result(value)
+
+
+def _set_exception(future, exc):
+    if not future.cancelled():
+        future.set_exception(exc)
 
 
 def _settle(future, outcome):

@@ -71,7 +71,7 @@ class Conductor:
         self._register()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.conf.conductor.workers, thread_name_prefix="conductor-worker")
-        self.runner.executor = self._pool
+        self._loop.set_threads(self.conf.conductor.workers)  # blocking plugin steps
         self.services.work_watchers.append(self._wake.set)
         self.boot_waits.start()
         self._spawn(self._heartbeat_loop, "heartbeat")

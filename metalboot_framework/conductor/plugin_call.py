@@ -5,7 +5,6 @@ plugin's error (or bug) fails the machine it works on, never the conductor.
 for the machines of a migration, coroutines on the step loop: it awaits a step
 written as a coroutine and runs a blocking one in a worker thread."""
 
-import asyncio
 import logging
 
 from metalboot_framework.exceptions import BootInterfaceError
@@ -26,16 +25,16 @@ def call_step(services, machine, partition, interface, step, migration_id=None):
     return None
 
 
-async def acall_step(services, executor, machine, partition, interface, step,
-                     migration_id=None):
-    """:func:`call_step` on the step loop; a blocking step runs in ``executor``."""
+async def acall_step(services, machine, partition, interface, step, migration_id=None):
+    """:func:`call_step` on the step loop; a blocking step runs in one of its
+    threads (:meth:`.steploop.StepLoop.call_in_thread`)."""
     try:
         method = getattr(services.interfaces.get(interface), step)
         task = BootTask(services, machine, partition, interface, migration_id=migration_id)
         if is_coroutine_step(method):
             await method(task)
         else:
-            await asyncio.get_running_loop().run_in_executor(executor, method, task)
+            await services.step_loop.call_in_thread(method, task)
     except Exception as exc:
         return _failure(exc, machine, interface, step)
     return None

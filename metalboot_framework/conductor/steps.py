@@ -11,7 +11,6 @@ conductor runs it even when several share the database. ``awaiting_boot`` is
 passive: the scheduler moves it on when evidence arrives or time runs out.
 """
 
-import asyncio
 import dataclasses
 import datetime
 import logging
@@ -223,9 +222,6 @@ class StepRunner:
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
-        # Threads for plugin steps written as blocking functions, vetoes and
-        # direct writes (the conductor's worker pool; None: asyncio's default).
-        self.executor = None
         # Set by the conductor (:class:`.boot_waits.BootWaits`): a machine's
         # coroutine waits for its boot itself, keeping the machine's lock;
         # None: awaiting_boot ends the coroutine and the scheduler moves it on.
@@ -301,7 +297,7 @@ class StepRunner:
     async def run(self, migration_id, machine_id, job=None, switch=None):
         """Run the machine's steps while they are runnable, holding its lock: a
         coroutine on the step loop, which awaits each plugin step (a blocking
-        one in :attr:`executor`) and each commit.
+        one in a thread of the loop's) and each commit.
 
         ``job``: what :meth:`claim_many` read when it took the lock; without
         it the lock is taken here. Each step's outcome is persisted before the
@@ -344,8 +340,8 @@ class StepRunner:
             if job.pending is not None and not job.released:
                 await self._settle(job)  # a step raised with its start's commit queued
             if not job.released:  # the last transition failed before releasing
-                await asyncio.get_running_loop().run_in_executor(
-                    self.executor, self._release_directly, job.machine_id)
+                await self.services.step_loop.call_in_thread(
+                    self._release_directly, job.machine_id)
 
     def _release_directly(self, machine_id):
         """Not group-committed: the group commit may be what failed."""
@@ -441,8 +437,8 @@ class StepRunner:
 
     async def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
-        return await acall_step(self.services, self.executor, job.machine, job.partition,
-                                interface_name, step, migration_id=job.migration_id)
+        return await acall_step(self.services, job.machine, job.partition, interface_name,
+                                step, migration_id=job.migration_id)
 
     async def _dry_run(self, job):
         error = await self._call(job, job.target, "validate")
@@ -517,8 +513,8 @@ class StepRunner:
         metal-api over the network, and the machine is read from the database."""
         if not self.services.hooks.has("metalboot_veto_machine"):
             return []
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor, self._ask_vetoes, migration_id, machine_id)
+        return await self.services.step_loop.call_in_thread(
+            self._ask_vetoes, migration_id, machine_id)
 
     def _ask_vetoes(self, migration_id, machine_id):
         from metalboot_framework import inventory, migrations

@@ -3,6 +3,7 @@ loop in order, group-commit outcomes awaited without a thread."""
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -121,3 +122,30 @@ def test_close_ends_the_thread_and_a_later_use_starts_another(step_loop):
 
     assert step_loop.run(answer()) == 42
     assert step_loop.loop is not first
+
+
+def test_blocking_calls_run_in_at_most_the_threads_allowed(step_loop):
+    step_loop.set_threads(3)
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def blocking(n):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        if n == 7:
+            raise ValueError("BMC said no")
+        return threading.current_thread().name
+
+    async def many():
+        return await asyncio.gather(*(step_loop.call_in_thread(blocking, n) for n in range(10)),
+                                    return_exceptions=True)
+
+    answers = step_loop.run(many(), timeout=10)
+    assert isinstance(answers[7], ValueError)
+    names = {a for a in answers if isinstance(a, str)}
+    assert most[0] == 3 and len(names) == 3  # three threads, each used again
+    assert all(name.startswith("test-steps-thread-") for name in names)
