@@ -5,8 +5,9 @@ A boot interface may write its steps as coroutines (``async def activate``):
 a plugin on an asynchronous BMC client then waits for hundreds of BMCs at once
 without a thread each, as MAAS's power drivers do on Twisted. The conductor
 runs every machine of a migration as a coroutine on this loop; a step written
-as a blocking function (a plugin on sushy) takes one of the conductor's worker
-threads for as long as the call lasts, and nothing else does. Hundreds of
+as a blocking function (a plugin on sushy) takes one of the loop's threads (at
+most ``[conductor] workers``) for as long as the call lasts, and nothing else
+does. Hundreds of
 threads that wake for every BMC answer and every commit cost more CPU in the
 kernel than the steps themselves, and queue for the GIL behind each other.
 
@@ -83,6 +84,8 @@ class StepLoop:
         with self._start_lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+        with self._calls_lock:  # a loop started later drains its own calls
+            self._calls, self._drain_scheduled = [], False
         if loop is None:
             return
         loop.call_soon_threadsafe(loop.stop)
