@@ -13,7 +13,7 @@ awaiting their boot; now and then it reads every waiting machine, a backstop
 for evidence committed out of id order (PostgreSQL allows it).
 
 A look moves what it found in one group-committed transaction and hands the
-machines to workers (``hand_over``).
+machines to the step loop (``hand_over``).
 """
 
 import datetime
@@ -84,7 +84,7 @@ def evidence_of(conn, machine_ids):
 class EvidenceWatcher:
     """Moves machines awaiting boot to verifying on their evidence, or to
     rolling_back past their deadline. ``hand_over(migration_id, machine_ids,
-    jobs)`` gives the moved machines to workers."""
+    jobs)`` gives the moved machines to the step loop."""
 
     def __init__(self, services, runner, hand_over):
         self.services = services

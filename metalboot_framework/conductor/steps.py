@@ -143,7 +143,7 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
-# Ends whose slot the same worker fills at once with the next queued machine. A
+# Ends whose slot the same coroutine fills at once with the next queued machine. A
 # machine that failed gives its slot back to the scheduler instead, which
 # looks at the failure budget before it starts another.
 _REFILLING = ("done", "valid", "skipped")
@@ -192,7 +192,7 @@ class Job:
     released: bool = False
     refill: bool = False  # its end may start the next queued machine (run's switch)
     # the machine started in the slot this one freed, its lock taken: the same
-    # worker runs it next (see StepRunner.run)
+    # coroutine runs it next (see StepRunner.run)
     successor: object = None
     pending: object = None  # the outcome of a transition queued without waiting
     # read by a claim, not in the transaction that started the machine: a
@@ -509,7 +509,7 @@ class StepRunner:
         return stale
 
     async def _vetoes(self, migration_id, machine_id):
-        """The veto hooks' reasons, asked in a worker thread: a hook may ask
+        """The veto hooks' reasons, asked in a thread of the loop's: a hook may ask
         metal-api over the network, and the machine is read from the database."""
         if not self.services.hooks.has("metalboot_veto_machine"):
             return []
@@ -557,7 +557,7 @@ class StepRunner:
             starts, locked = self.start_many(
                 conn, migration_id, len(indexes), [units[i] for i in indexes],
                 freed_by=[transitions[i].machine_id for i in indexes])
-            # read here, not by each worker after the commit: hundreds of workers
+            # read here, not by each machine after the commit: hundreds of machines
             # reading at once would open and close pool connections all the time
             jobs = self._jobs_of_locked(conn, migration_id, locked)
             for index, start in zip(indexes, starts, strict=False):

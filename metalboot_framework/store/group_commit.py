@@ -1,6 +1,6 @@
 """Group commit: many small write transactions of many threads, committed as one.
 
-Hundreds of conductor workers each persist a step's outcome in a transaction
+Hundreds of machines in flight each persist a step's outcome in a transaction
 of two or three statements; one transaction each spends more on BEGIN, COMMIT
 and handing the write lock from thread to thread than on the statements. A
 single writer thread takes whatever work is queued, runs it in one
