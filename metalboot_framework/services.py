@@ -232,13 +232,9 @@ class Services:
         return self._group.run(Batched(many, item))[1]
 
     def write_batched_later(self, many, item):
-        """:meth:`write_batched` without waiting: an outcome that :meth:`settle`
-        (or :meth:`asettle`) turns into its result."""
+        """:meth:`write_batched` without waiting: an outcome that :meth:`asettle`
+        turns into its result."""
         return self._group.submit(Batched(many, item))
-
-    def settle(self, outcome):
-        """The result of :meth:`write_batched_later`'s work, waiting for its commit."""
-        return outcome.result()[1]
 
     # Coroutines of the step loop wait for the same commits without a thread.
     async def awrite_grouped(self, work):
@@ -250,7 +246,7 @@ class Services:
         return (await self.step_loop.outcome(self._group.submit(Batched(many, item))))[1]
 
     async def asettle(self, outcome):
-        """:meth:`settle` for a coroutine on the step loop."""
+        """The result of :meth:`write_batched_later`'s work, once committed."""
         return (await self.step_loop.outcome(outcome))[1]
 
     def record_event(self, machine_id, kind, message, data=None, migration_id=None):

@@ -7,9 +7,9 @@ without a thread each, as MAAS's power drivers do on Twisted. The conductor
 runs every machine of a migration as a coroutine on this loop; a step written
 as a blocking function (a plugin on sushy) takes one of the loop's threads (at
 most ``[conductor] workers``) for as long as the call lasts, and nothing else
-does. Hundreds of
-threads that wake for every BMC answer and every commit cost more CPU in the
-kernel than the steps themselves, and queue for the GIL behind each other.
+does. Hundreds of threads that wake for every BMC answer and every commit cost
+more CPU in the kernel than the steps themselves, and queue for the GIL behind
+each other.
 
 Blocking code (the API, enrolment, the conformance kit) calls a step with
 :func:`call_blocking`, whichever way it is written.
@@ -194,11 +194,9 @@ def _set_exception(future, exc):
 
 
 def _settle(future, outcome):
-    if future.cancelled():
-        return
     try:
         value = outcome.result()
     except BaseException as exc:  # the caller's own error, as a blocking caller gets it
-        future.set_exception(exc)
+        _set_exception(future, exc)
     else:
-        future.set_result(value)
+        _set_result(future, value)

@@ -104,12 +104,6 @@ class BootWaits:
         if woken:
             self.services.step_loop.call_soon(self._resolve, woken)
 
-    def waiting_in(self, migration_id):
-        """Machine ids of ``migration_id`` whose boot this conductor waits for."""
-        with self._lock:
-            return {w.machine_id for w in self._waiting.values()
-                    if w.migration_id == migration_id}
-
     # -- the look, in a thread of its own --------------------------------------------------
     def start(self):
         self._thread = threading.Thread(target=self._run, name="conductor-evidence",

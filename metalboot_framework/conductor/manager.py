@@ -4,7 +4,7 @@ A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
 (canaries first), hands machines with runnable steps to the step loop (each a
 coroutine there, :mod:`metalboot_framework.steploop`; a plugin step written as
-a blocking function runs in the pool of worker threads), moves machines
+a blocking function runs in one of the loop's threads), moves machines
 awaiting boot on when their evidence arrives or their time runs out
 (:mod:`.evidence`), halts migrations past their failure budget and closes
 finished ones. Enrolment and removal of machines at rest run in the worker
@@ -58,8 +58,8 @@ class Conductor:
         self._machine_tasks = set()  # the machines' coroutines (asyncio holds weak refs)
         self._in_flight = set()
         self._in_flight_lock = threading.Lock()
-        # machine id -> migration id: handed over while a worker of ours still
-        # ran the machine; that worker submits it again when it ends
+        # machine id -> migration id: handed over while a coroutine of ours still
+        # ran the machine; it is submitted again when that coroutine ends
         self._handed_back = {}
         self.evidence = EvidenceWatcher(services, self.runner, self._hand_over)
         self.boot_waits = BootWaits(services, self.conf.conductor.evidence_interval)
@@ -264,10 +264,10 @@ class Conductor:
             await asyncio.wait(list(self._machine_tasks))
 
     def _hand_over(self, migration_id, machine_ids, jobs):
-        """Hand machines the tick moved into a runnable step to workers: with the
-        jobs of those whose locks it took, the others to claim them. A machine a
-        worker of ours still runs (it may be about to end) has its lock released
-        and is submitted again when that worker ends."""
+        """Hand machines the tick moved into a runnable step to the step loop:
+        with the jobs of those whose locks it took, the others to claim them. A
+        machine a coroutine of ours still runs (it may be about to end) has its
+        lock released and is submitted again when that coroutine ends."""
         refused = [machine_id for machine_id, job in jobs.items()
                    if not self._submit(migration_id, machine_id, job)]
         with self._in_flight_lock:
@@ -275,7 +275,7 @@ class Conductor:
                 self._handed_back[machine_id] = migration_id
         self.runner.release(refused)
         for machine_id in machine_ids:
-            if machine_id not in jobs:  # locked by someone else: its worker or a scan
+            if machine_id not in jobs:  # locked by someone else: its runner or a scan
                 self._submit(migration_id, machine_id)
 
     def _start(self, machine_id, work, *args):

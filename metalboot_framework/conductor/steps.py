@@ -7,8 +7,10 @@ The persisted state names the step still to be carried out, so a conductor
 that dies between two steps resumes by running the step again: every plugin
 step is idempotent. A step runs only while its runner holds the machine's lock
 (``machines.reservation``), taken with a conditional update, so exactly one
-conductor runs it even when several share the database. ``awaiting_boot`` is
-passive: the scheduler moves it on when evidence arrives or time runs out.
+conductor runs it even when several share the database. In ``awaiting_boot``
+the machine's coroutine keeps its lock and waits for its evidence or its
+deadline (:mod:`.boot_waits`); a machine nobody waits for (resumed after a
+restart) is moved on by the scheduler (:mod:`.evidence`).
 """
 
 import dataclasses
@@ -143,6 +145,8 @@ DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
 RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+# ... and where a coroutine that waits for its machine's boot goes on too
+_RUNNABLE_OR_WAITING = RUNNABLE + ("awaiting_boot",)
 # Ends whose slot the same coroutine fills at once with the next queued machine. A
 # machine that failed gives its slot back to the scheduler instead, which
 # looks at the failure budget before it starts another.
@@ -351,7 +355,7 @@ class StepRunner:
     @property
     def _goes_on(self):
         """The states in which a machine's coroutine keeps its lock and goes on."""
-        return RUNNABLE if self.boot_waits is None else RUNNABLE + ("awaiting_boot",)
+        return RUNNABLE if self.boot_waits is None else _RUNNABLE_OR_WAITING
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
