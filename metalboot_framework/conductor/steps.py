@@ -163,7 +163,9 @@ class Transition:
     ``release`` also drops this conductor's lock on the machine; ``refill``:
     the slot this (final) move frees may start the next queued machine in the
     same transaction (:meth:`StepRunner.start_many`); ``names`` is (source,
-    target) interface names, if the caller knows them.
+    target) interface names, if the caller knows them; ``activated_at``: the
+    time from which the machine's evidence counts, written with the move (the
+    move to ``activating`` writes the commit's time without it).
     """
 
     migration_id: str
@@ -177,6 +179,7 @@ class Transition:
     options: dict | None = None
     names: tuple | None = None
     refill: bool = False
+    activated_at: object = None
 
 
 @dataclasses.dataclass
@@ -204,6 +207,10 @@ class Job:
     # preparing was still queued (see _finish_later), so the step may have
     # changed the machine even though it says validating
     resumed: bool = False
+    # resumed in preparing: the dead conductor may have called activate (the
+    # move to activating is committed while activate runs), so a rollback
+    # resets the machine onto its source as if it had been activated
+    maybe_activated: bool = False
     # time.monotonic() by which its boot is due, once it began to wait for it
     boot_deadline: float | None = None
 
@@ -322,6 +329,7 @@ class StepRunner:
             if job is None:
                 return None
             job.resumed = True
+            job.maybe_activated = job.state == "preparing" and job.activated_at is None
         try:
             while True:
                 started = time.monotonic()
@@ -406,13 +414,22 @@ class StepRunner:
         Either is announced once committed, in commit order (:meth:`_record`).
 
         Such steps: validating -> preparing (validate changed nothing; prepare
-        is idempotent), activating -> awaiting_boot (activate is re-run), and
-        awaiting_boot -> verifying (a machine resumed awaiting its boot finds
-        its evidence again, and the source's clean_up is idempotent)."""
+        is idempotent), preparing -> activating (a machine resumed in preparing
+        is prepared and activated again, and its rollback activates the source
+        as if it had been activated: ``Job.maybe_activated``), activating ->
+        awaiting_boot (activate is re-run), and awaiting_boot -> verifying (a
+        machine resumed awaiting its boot finds its evidence again, and the
+        source's clean_up is idempotent). The caller settles the transition
+        queued before (:meth:`_settle`): a machine's moves commit in order."""
         release = new not in self._goes_on
+        activated_at = None
+        if new == "activating":
+            # evidence counts from now, before activate may reset the machine
+            activated_at = job.activated_at = job.activated_at or models.utcnow()
         job.pending = self.services.write_batched_later(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
-            names=(job.source, job.target), release=release, evidence_id=evidence_id))
+            names=(job.source, job.target), release=release, evidence_id=evidence_id,
+            activated_at=activated_at))
         if release:
             job.pending.add_done_callback(_log_if_failed)  # nobody waits for it
         job.released = release
@@ -423,15 +440,14 @@ class StepRunner:
         release = new not in self._goes_on
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
+        activated_at = None
+        if new == "rolling_back" and job.activated_at is None and job.maybe_activated:
+            # persisted, so that a rollback resumed after another crash resets too
+            activated_at = job.activated_at = models.utcnow()
         done, successor = await self.services.awrite_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
-            refill=job.refill and new in _REFILLING))
-        if done is not None and new == "activating" and job.activated_at is None:
-            # what the committed row now says (its activated_at, the writer's
-            # clock): the machine may be reset onto the target from here on,
-            # so a rollback of this machine activates the source again
-            job.activated_at = models.utcnow()
+            refill=job.refill and new in _REFILLING, activated_at=activated_at))
         job.released = release
         if done is None:
             return None  # someone else moved the machine: not ours to go on with
@@ -477,7 +493,9 @@ class StepRunner:
         if error:
             return await self._finish(job, "rolling_back", error, error=error)
         message = DONE_MESSAGES[state].format(source=source, target=target)
-        if state in ("validating", "activating"):
+        if state in ("validating", "preparing", "activating"):
+            if not await self._settle(job):  # the move before (committed by now)
+                return None
             return self._finish_later(job, FORWARD[state], message)
         return await self._finish(job, FORWARD[state], message)
 
@@ -602,14 +620,18 @@ class StepRunner:
             if (t.migration_id, t.machine_id, t.old) in seen:
                 continue  # the same move twice (two looks saw its evidence): done once
             seen.add((t.migration_id, t.machine_id, t.old))
-            key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id is None)
+            key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id is None,
+                   t.activated_at is None)
             if t.new == "done" and t.names is None:
                 t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
                                                          "mid": t.machine_id}).first())
             groups.setdefault(key, []).append(index)
-        for (migration_id, old, new, release, _error, _), indexes in groups.items():
+        for (migration_id, old, new, release, _error, _, _), indexes in groups.items():
             first = transitions[indexes[0]]
             values = self._values(first, now)
+            if first.activated_at is not None:
+                # one UPDATE for the group: evidence counts from the earliest
+                values["activated_at"] = min(transitions[i].activated_at for i in indexes)
             params = {"mig": migration_id, "old": old, "host": self.host, "now": now}
             params.update({f"v_{k}": v for k, v in values.items()})
             stmt = _transition_stmt(tuple(sorted(values)))
@@ -667,9 +689,9 @@ class StepRunner:
         if t.old == "queued" and t.new == "validating":
             values["started_at"] = now
             values["attempt"] = 1
-        if t.new == "activating":
+        if t.new == "activating" or t.activated_at is not None:
             # Evidence counts from the moment activation may begin.
-            values["activated_at"] = now
+            values["activated_at"] = t.activated_at or now
         if t.new == "awaiting_boot":
             values["deadline"] = now + datetime.timedelta(seconds=self._boot_timeout(
                 t.migration_id, t.options))

@@ -383,15 +383,15 @@ def test_event_feed_cursor_sees_each_event_once(server):
     assert only and all(e["migration_id"] == m["id"] for e in only)
 
 
-def killed_in_validate_and_restarted(server, machine_id, properties):
-    """Migrate the machine, SIGKILL the server while its worker sleeps in
-    validate, give the machine ``properties`` in the database, restart; the
-    migration."""
+def killed_in_validate_and_restarted(server, machine_id, properties, step="validating"):
+    """Migrate the machine, SIGKILL the server while its coroutine sleeps in
+    ``step``'s plugin call (validate), give the machine ``properties`` in the
+    database, restart; the migration."""
     server.request("PATCH", f"/v1/machines/{machine_id}",
                    json={"properties": {"fake_delay": 5}}).raise_for_status()
     m = migrate(server, [machine_id])
     deadline = time.monotonic() + 30
-    while machine_states(server, m["id"])[machine_id]["state"] != "validating":
+    while machine_states(server, m["id"])[machine_id]["state"] != step:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     server.stop(sig=signal.SIGKILL)
@@ -426,6 +426,32 @@ def test_a_machine_resumed_in_validating_is_rolled_back_through_the_targets_clea
     assert machine_states(server, m["id"])[machine_id]["state"] == "rolled_back"
     assert steps_of(server, machine_id) == ["validating", "rolling_back", "rolled_back"]
     assert fake_calls(server, machine_id) == [("validate", "fake-alt"), ("clean_up", "fake-alt")]
+    machine = server.request("GET", f"/v1/machines/{machine_id}").json()
+    assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
+
+
+def test_a_machine_resumed_in_preparing_is_rolled_back_as_if_activated(server_factory):
+    """The move to activating is committed while activate already runs: a
+    conductor killed in between leaves the machine in preparing although it may
+    have been reset onto its target. Resumed there, a rollback sets up and
+    activates its source again, and says so in the machine's migration row."""
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n").start()
+    machine_id, = setup_machines(server, 1)
+    m = killed_in_validate_and_restarted(
+        server, machine_id, {"fake_fail": {"fake-alt.prepare": "BMC unreachable"}},
+        step="preparing")
+    wait_for(server, m["id"])
+    row = machine_states(server, m["id"])[machine_id]
+    assert row["state"] == "rolled_back"
+    assert row["activated_at"] is not None  # a second crash would reset it too
+    assert steps_of(server, machine_id) == ["validating", "preparing", "rolling_back",
+                                            "rolled_back"]
+    # validate before the kill; prepare killed in its sleep (not recorded);
+    # after the restart: prepare fails, the target is cleaned up, the source set up
+    # and activated again
+    assert fake_calls(server, machine_id) == [
+        ("validate", "fake-alt"), ("prepare", "fake-alt"), ("clean_up", "fake-alt"),
+        ("prepare", "fake"), ("activate", "fake")]
     machine = server.request("GET", f"/v1/machines/{machine_id}").json()
     assert machine["boot_interface"] == "fake" and machine["state"] == "ready"
 
