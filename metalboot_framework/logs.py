@@ -219,15 +219,74 @@ class QueuedHandler(logging.handlers.QueueHandler):
         return record
 
 
-class _Listener(logging.handlers.QueueListener):
-    """A listener that may be stopped twice (by its owner, then at exit)."""
+_STOP = object()  # queued by _Listener.stop: what is queued before it is written first
 
-    stopped = False
+
+class _Listener:
+    """The thread that writes queued records with ``handler``: what it finds
+    queued, at once -- for a plain :class:`logging.StreamHandler` one write and
+    one flush for all of it. A line a write was a system call a line, and each
+    a hand-over of the GIL in a process whose conductor logs a line per
+    machine and step. Records are written in the order they were queued."""
+
+    BATCH = 512  # records at most in one write
+
+    def __init__(self, records, handler):
+        self.queue = records
+        self.handlers = (handler,)
+        self.stopped = False
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+        self._thread.start()
 
     def stop(self):
-        if not self.stopped:
-            self.stopped = True
-            super().stop()
+        """Write what is queued, then end the thread (may be called twice: by its
+        owner, then at exit)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self):
+        while True:
+            batch = [self.queue.get()]
+            while len(batch) < self.BATCH:
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(record is _STOP for record in batch)
+            self._write([record for record in batch if record is not _STOP])
+            if stop:
+                return
+
+    def _write(self, records):
+        handler = self.handlers[0]
+        if type(handler) is not logging.StreamHandler:  # e.g. a FileHandler opens lazily
+            for record in records:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            return
+        lines = []
+        for record in records:
+            if record.levelno < handler.level or not handler.filter(record):
+                continue
+            try:
+                lines.append(handler.format(record) + handler.terminator)
+            except Exception:
+                handler.handleError(record)
+        if not lines:
+            return
+        with handler.lock:
+            try:
+                handler.stream.write("".join(lines))
+                handler.flush()
+            except Exception:
+                handler.handleError(records[-1])
 
 
 def install_queued(handler, log_format="text"):

@@ -131,22 +131,20 @@ def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener
     import io
     import threading
 
-    out = io.StringIO()
+    written_by = []
+
+    class Out(io.StringIO):
+        def write(self, text):
+            written_by.append(threading.current_thread().name)
+            return super().write(text)
+
+    out = Out()
     queued = logs.install_queued(logging.StreamHandler(out), "text")
     logger = logging.getLogger("metalboot_framework.test_queued")
     logger.addHandler(queued)
     logger.propagate = False
     logs.register_secret("api-token-for-the-queue-test")
     changing = ["before"]
-    written_by = []
-    stream = queued.listener.handlers[0]
-    original_emit = stream.emit
-
-    def emit(record):
-        written_by.append(threading.current_thread().name)
-        original_emit(record)
-
-    stream.emit = emit
     try:
         logs.set_request_id("rid-queued")
         logger.warning("args %s, token %s", changing, "api-token-for-the-queue-test")
@@ -168,3 +166,37 @@ def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener
     assert "ValueError: *** in a traceback" in lines
     assert "api-token-for-the-queue-test" not in out.getvalue()
     assert written_by and threading.current_thread().name not in written_by
+
+
+def test_queued_lines_are_written_together_in_their_order():
+    """What the listener finds queued is one write (a line a write was a system
+    call a line for a conductor logging a line per machine and step)."""
+    import io
+
+    writes = []
+
+    class Out(io.StringIO):
+        def write(self, text):
+            writes.append(text)
+            return super().write(text)
+
+    out = Out()
+    handler = logging.StreamHandler(out)
+    handler.setLevel(logging.INFO)
+    queued = logs.install_queued(handler, "text")
+    logger = logging.getLogger("metalboot_framework.test_queued_together")
+    logger.addHandler(queued)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        with handler.lock:  # the listener waits here with what it took first
+            for n in range(1000):
+                logger.info("line %d", n)
+                logger.debug("below the handler's level %d", n)
+    finally:
+        queued.listener.stop()
+        logger.removeHandler(queued)
+        logger.propagate = True
+    lines = out.getvalue().splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines] == [str(n) for n in range(1000)]
+    assert len(writes) <= 6, len(writes)  # 2000 records, at most 512 a write
