@@ -190,11 +190,14 @@ class Services:
         for fn, args in self._after_commit(unit):
             fn(*args)
 
-    def _after_commit(self, unit):
+    def _after_commit(self, unit, event_hooks=None):
         """What follows the commit of ``unit``: its events to the event hooks,
-        then its announcements."""
+        then its announcements. ``event_hooks``: whether there are any, if the
+        caller asked already (once for a batch of units)."""
         calls = []
-        if unit.events and self.hooks.has("metalboot_event"):
+        if event_hooks is None:
+            event_hooks = self.hooks.has("metalboot_event")
+        if unit.events and event_hooks:
             calls += [(self._notify_event, (ev,)) for ev in unit.events]
         return calls + unit.after
 
@@ -208,7 +211,9 @@ class Services:
     def _announce_committed(self, results):
         """In the writer thread, after each group commit: its units' events and
         announcements to the announcer, in commit order."""
-        self.announcer.put([call for unit, _ in results for call in self._after_commit(unit)])
+        event_hooks = self.hooks.has("metalboot_event")
+        self.announcer.put([call for unit, _ in results
+                            for call in self._after_commit(unit, event_hooks)])
 
     @staticmethod
     def _grouped(work):
