@@ -18,6 +18,8 @@ import asyncio
 import concurrent.futures
 import datetime
 import os
+import shutil
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -208,8 +210,7 @@ def cpu_run(count, max_parallel):
         assert codes.count(200) == count
     finally:
         base.stop()
-    import tempfile
-    workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
+    workdir = bench_dir()
     console = os.path.join(workdir, "console.log")
     server = MetalbootServer(extra_conf=conf_for(console, 64), workdir=workdir)
     try:
@@ -223,6 +224,7 @@ def cpu_run(count, max_parallel):
     finally:
         server.stop()
     assert m["counts"] == {"done": count}, m["counts"]
+    done_with(workdir)
     per_machine = cpu / count * 1000
     per_fetch = base_cpu / count * 1000
     table(f"Migration CPU: {count} machines fake -> fake-alt, max_parallel {max_parallel}, "
@@ -247,8 +249,7 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
     instead of the server's SQLite file; ``steps``: the fake interfaces whose
     steps are coroutines (``fake``), or blocking functions (``fake-blocking``,
     as a plugin on sushy: each call in a worker thread)."""
-    import tempfile
-    workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
+    workdir = bench_dir()
     console = os.path.join(workdir, "console.log")
     boot_port = free_port()
     conf = (conf_for(console, max_parallel, steps)
@@ -287,6 +288,7 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
         if postgres is not None:
             postgres.stop()
     assert m["counts"] == {"done": count}, m["counts"]
+    done_with(workdir)
     ideal = CALLS_PER_MACHINE * delay * count / max_parallel
     table(f"Migration wall time: {count} machines, {int(delay * 1000)} ms per plugin call, "
           f"max_parallel {max_parallel}, {conductors} conductor process(es) on "
@@ -297,6 +299,24 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
             f"{fmt(cpu, ' s')} ({fmt(cpu / wall * 100, '%')} of a core)")])
     print(f"target: within 1.2x of ideal: {'met' if wall / ideal <= 1.2 else 'MISSED'}")
     return wall / ideal
+
+
+KEEP = False  # --keep: leave the work directories of successful runs
+
+
+def bench_dir():
+    """A work directory for one run's servers (logs, database, console log); a
+    failed run leaves it for a look, a successful one removes it (:func:`done_with`)."""
+    workdir = tempfile.mkdtemp(prefix="metalboot-bench-")
+    print(f"work directory: {workdir}", flush=True)
+    return workdir
+
+
+def done_with(workdir):
+    if KEEP:
+        print(f"work directory kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(count=10000, max_parallel=500, delay=0.2):
@@ -320,7 +340,12 @@ def main(argv=None):
     parser.add_argument("--postgresql", action="store_true",
                         help="the latency run on a PostgreSQL server (Debian's binaries, "
                              "tests/pgserver.py) instead of SQLite")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work directories (server logs, database) of "
+                             "successful runs too")
     args = parser.parse_args(argv)
+    global KEEP
+    KEEP = args.keep
     if args.only != "latency":
         cpu_run(args.machines, args.max_parallel)
     if args.only != "cpu":
