@@ -9,6 +9,11 @@ once a canary failed or the failure budget is spent, and nothing at all unless
 the migration is running -- all read in the transaction that starts them,
 which holds the migration's row lock, so conductors sharing a database never
 start more than ``max_parallel`` between them.
+
+A machine about to finish may have chosen its successor in advance (locked,
+still queued; :mod:`.steps`): :func:`admit_chosen` asks the same rules about
+it when the slot is freed, and the queued machines others may start are
+those nobody holds.
 """
 
 from sqlalchemy import bindparam, func, select
@@ -34,10 +39,18 @@ _TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
 _FIRST_QUEUED = select(_MMT.c.canary).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
     .order_by(_MMT.c.position).limit(1)
-_QUEUED = select(_MMT.c.machine_id, _MMT.c.canary).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+_MACHINES = models.Machine.__table__
+# Queued machines nobody holds: a locked one was chosen by a machine about to
+# finish as its successor.
+_QUEUED = select(_MMT.c.machine_id, _MMT.c.canary) \
+    .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MACHINES.c.reservation.is_(None)) \
     .order_by(_MMT.c.position).limit(bindparam("n"))
 _CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
+_CHOSEN = select(_MMT.c.machine_id, _MMT.c.canary).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MMT.c.machine_id.in_(bindparam("mids", expanding=True)))
 _LOCKED_MIGRATION = select(_MIGRATIONS.c.state, _MIGRATIONS.c.options, _MIGRATIONS.c.total) \
     .where(_MIGRATIONS.c.id == bindparam("mig")).with_for_update()
 
@@ -90,20 +103,52 @@ def admit(conn, migration_id, limit):
     write transaction with the migration's row locked: (the migration's
     options, [(machine id, canary)] in queue order); nothing unless the rules
     above allow it."""
+    options, capacity, canaries_open = _open_slots(conn, migration_id, limit)
+    if not capacity:
+        return options, []
+    return options, [tuple(row) for row in conn.execute(
+        _CANARIES_QUEUED if canaries_open else _QUEUED, {"mig": migration_id, "n": capacity})]
+
+
+def admit_chosen(conn, migration_id, machine_ids):
+    """Which of ``machine_ids`` -- queued machines chosen (and locked) in advance
+    to take the slots of machines that finished in this transaction -- may
+    start now, by the rules of :func:`admit`: (the migration's options,
+    [(machine id, canary)] in the order given)."""
+    options, capacity, canaries_open = _open_slots(conn, migration_id, len(machine_ids))
+    if not capacity:
+        return options, []
+    canary_of = dict(tuple(row) for row in conn.execute(
+        _CHOSEN, {"mig": migration_id, "mids": list(machine_ids)}))
+    return options, [(machine_id, canary_of[machine_id]) for machine_id in machine_ids
+                     if machine_id in canary_of
+                     and (canary_of[machine_id] or not canaries_open)][:capacity]
+
+
+def may_choose(conn, migration_id):
+    """Whether machines about to finish may choose their successors now, and
+    whether only canaries: the rules of :func:`admit` but the count of slots
+    (those machines still hold theirs). What is chosen is started only if
+    :func:`admit_chosen` agrees when the slot is freed."""
+    options, capacity, canaries_open = _open_slots(conn, migration_id, 1, free=1)
+    return bool(capacity), canaries_open
+
+
+def _open_slots(conn, migration_id, limit, free=0):
+    """(the migration's options, how many machines may start, up to ``limit``,
+    whether only canaries may), read with the migration's row locked; ``free``:
+    slots counted as free although machines in flight still hold them."""
     if limit <= 0:
-        return None, []
+        return None, 0, False
     migration = conn.execute(_LOCKED_MIGRATION, {"mig": migration_id}).first()
     if migration is None or migration.state != "running":
-        return None, []
+        return None, 0, False
     counts = tally(conn, migration_id)
     if not queued(counts):
-        return migration.options, []
+        return migration.options, 0, False
     if canary_failing(counts) or over_budget(counts, migration.options, migration.total):
-        return migration.options, []  # the scheduler halts it on its next tick
-    capacity = min(migration.options["max_parallel"] - in_flight(counts), limit)
-    if capacity <= 0:
-        return migration.options, []
+        return migration.options, 0, False  # the scheduler halts it on its next tick
+    capacity = min(migration.options["max_parallel"] - in_flight(counts) + free, limit)
     canaries_open = any(n for (state, canary), n in counts.items()
                         if canary and state not in mig.SUCCEEDED)
-    return migration.options, [tuple(row) for row in conn.execute(
-        _CANARIES_QUEUED if canaries_open else _QUEUED, {"mig": migration_id, "n": capacity})]
+    return migration.options, max(capacity, 0), canaries_open

@@ -106,6 +106,23 @@ _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     unindexed(_MMT.c.state) == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
+# A machine whose boot was proven chooses its successor while its source is
+# cleaned up: the first queued machine nobody holds, locked and left queued
+# (see StepRunner._reserve).
+_RESERVABLE = select(_MMT.c.machine_id) \
+    .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MACHINES.c.reservation.is_(None)).order_by(_MMT.c.position).limit(bindparam("n"))
+_RESERVABLE_CANARIES = _RESERVABLE.where(_MMT.c.canary.is_(True))
+# ... and still holds it when it starts it (a lock held longer than a heartbeat
+# interval by a machine not yet running may have been released as leaked)
+_HOLD_MANY = update(_MACHINES).where(
+    _MACHINES.c.id.in_(_mids),
+    (_MACHINES.c.reservation == _host) | _MACHINES.c.reservation.is_(None)) \
+    .values(reservation=_host, reserved_at=bindparam("now"))
+_HELD = select(_MACHINES.c.id).where(_MACHINES.c.id.in_(_mids),
+                                     _MACHINES.c.reservation == _host,
+                                     _MACHINES.c.reserved_at == bindparam("now"))
 _TRANSITIONS = {}
 
 
@@ -162,7 +179,10 @@ class Transition:
 
     ``release`` also drops this conductor's lock on the machine; ``refill``:
     the slot this (final) move frees may start the next queued machine in the
-    same transaction (:meth:`StepRunner.start_many`); ``names`` is (source,
+    same transaction (:meth:`StepRunner.start_many`); ``reserve``: choose and
+    lock the queued machine to follow this one (:meth:`StepRunner._reserve`);
+    ``start``: the id of that machine, started in the slot this (final) move
+    frees if :func:`.admission.admit_chosen` lets it; ``names`` is (source,
     target) interface names, if the caller knows them; ``activated_at``: the
     time from which the machine's evidence counts, written with the move (the
     move to ``activating`` writes the commit's time without it).
@@ -180,6 +200,21 @@ class Transition:
     names: tuple | None = None
     refill: bool = False
     activated_at: object = None
+    reserve: bool = False
+    start: str | None = None
+
+
+@dataclasses.dataclass
+class Committed:
+    """What a transition came to once committed (the group commit's result)."""
+
+    # what :meth:`StepRunner.announce` needs, None if the machine was not where
+    # the transition expected it
+    done: tuple | None
+    # refill: (what announce needs of the start in the slot it freed, its job or None)
+    successor: tuple | None = None
+    reserved: object = None  # reserve: the Job of the queued machine chosen to follow
+    started: bool = False  # start: the chosen machine started in the slot it freed
 
 
 @dataclasses.dataclass
@@ -213,6 +248,12 @@ class Job:
     maybe_activated: bool = False
     # time.monotonic() by which its boot is due, once it began to wait for it
     boot_deadline: float | None = None
+    # the queued machine it chose (and locked) to follow it, known once the move
+    # to verifying is settled (see StepRunner._finish)
+    reserved: object = None
+    # its pending outcome is its start, queued with its predecessor's end:
+    # settled, it tells whether it started
+    starting: bool = False
 
 
 def _log_if_failed(outcome):
@@ -273,9 +314,9 @@ class StepRunner:
         self.release(idle)
         return jobs
 
-    def _jobs(self, conn, migration_id, machine_ids):
-        """(jobs of those of the locked ``machine_ids`` whose step is runnable,
-        the ids of the others)."""
+    def _jobs(self, conn, migration_id, machine_ids, runnable=RUNNABLE):
+        """(jobs of those of the locked ``machine_ids`` whose step is in
+        ``runnable``, the ids of the others)."""
         jobs, idle = {}, []
         migration = None
         for claimed in chunks(list(machine_ids)):
@@ -286,7 +327,7 @@ class StepRunner:
             snapshots = self.services.snapshots(conn, claimed)
             for machine_id in claimed:
                 row = rows.get(machine_id)
-                if row is None or row.state not in RUNNABLE or machine_id not in snapshots:
+                if row is None or row.state not in runnable or machine_id not in snapshots:
                     idle.append(machine_id)
                     continue
                 machine, partition = snapshots[machine_id]
@@ -344,13 +385,16 @@ class StepRunner:
                 if successor is None:
                     return new
                 if not switch(job.machine_id, successor.machine_id):
-                    await self.services.awrite_grouped(
-                        self._release_work([successor.machine_id]))
+                    if await self._settle(successor) and not successor.released:
+                        await self.services.awrite_grouped(
+                            self._release_work([successor.machine_id]))
                     return new
                 job = successor
         finally:
             if job.pending is not None and not job.released:
                 await self._settle(job)  # a step raised with its start's commit queued
+            if job.reserved is not None:  # chosen to follow, but it ended otherwise
+                await self._unreserve(job)
             if not job.released:  # the last transition failed before releasing
                 await self.services.step_loop.call_in_thread(
                     self._release_directly, job.machine_id)
@@ -394,19 +438,33 @@ class StepRunner:
         if new == "verifying":
             if not await self._settle(job):  # the move to awaiting_boot (committed by now)
                 return None
-            return self._finish_later(job, new, reason, evidence_id=evidence_id)
+            # the commit chooses the machine to follow it while the source is cleaned up
+            return self._finish_later(job, new, reason, evidence_id=evidence_id,
+                                      reserve=job.refill)
         return await self._finish(job, new, reason, error=error)
 
     async def _settle(self, job):
         """Wait for the transition queued without waiting; False if it found the
-        machine moved by someone else."""
+        machine moved by someone else (or, for a machine's start queued with its
+        predecessor's end, if it did not start: its lock is released then)."""
         pending, job.pending = job.pending, None
         if pending is None:
             return True
-        done, _ = await self.services.asettle(pending)
-        return done is not None
+        committed = await self.services.asettle(pending)
+        if job.starting:
+            job.starting = False
+            job.released = not committed.started
+            return committed.started
+        if committed.reserved is not None:
+            job.reserved = committed.reserved
+        return committed.done is not None
 
-    def _finish_later(self, job, new, reason, evidence_id=None):
+    async def _unreserve(self, job):
+        """Give back the machine chosen to follow ``job``: it stays queued."""
+        reserved, job.reserved = job.reserved, None
+        await self.services.awrite_grouped(self._release_work([reserved.machine_id]))
+
+    def _finish_later(self, job, new, reason, evidence_id=None, reserve=False):
         """Queue the step's outcome and go on at once: for a step whose re-run
         after a crash is harmless. A ``new`` the coroutine goes on with is
         waited for before the next transition (:meth:`_settle`); any other
@@ -429,31 +487,57 @@ class StepRunner:
         job.pending = self.services.write_batched_later(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
             names=(job.source, job.target), release=release, evidence_id=evidence_id,
-            activated_at=activated_at))
+            activated_at=activated_at, reserve=reserve))
         if release:
             job.pending.add_done_callback(_log_if_failed)  # nobody waits for it
         job.released = release
         return new
 
     async def _finish(self, job, new, reason, error=None):
-        """Persist the step's outcome; release the lock with it when no step follows."""
+        """Persist the step's outcome; release the lock with it when no step follows.
+
+        A machine done that chose its successor in advance does not wait for
+        the commit: its end and the successor's start (if admission lets it)
+        are queued together, and the coroutine goes on with the successor at
+        once -- its ``validate`` changes nothing, so it may run before the
+        start is committed; the successor's next transition waits for that
+        commit and ends the coroutine if the start was refused."""
         release = new not in self._goes_on
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
+        if job.reserved is not None:
+            if new == "done" and job.refill and not self.stopping:
+                return self._done_and_start(job, reason)
+            await self._unreserve(job)
         activated_at = None
         if new == "rolling_back" and job.activated_at is None and job.maybe_activated:
             # persisted, so that a rollback resumed after another crash resets too
             activated_at = job.activated_at = models.utcnow()
-        done, successor = await self.services.awrite_batched(self._apply_batch, Transition(
+        committed = await self.services.awrite_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
             refill=job.refill and new in _REFILLING, activated_at=activated_at))
         job.released = release
-        if done is None:
+        if committed.done is None:
             return None  # someone else moved the machine: not ours to go on with
-        if successor is not None:
-            _, job.successor = successor
+        if committed.successor is not None:
+            _, job.successor = committed.successor
         return new
+
+    def _done_and_start(self, job, reason):
+        """verifying -> done, and the start of the machine chosen to follow it,
+        queued without waiting (see :meth:`_finish`)."""
+        successor, job.reserved = job.reserved, None
+        successor.state = "validating"
+        successor.starting = True
+        successor.pending = self.services.write_batched_later(self._apply_batch, Transition(
+            job.migration_id, job.machine_id, job.state, "done", reason, release=True,
+            options=job.options, names=(job.source, job.target),
+            start=successor.machine_id))
+        successor.pending.add_done_callback(_log_if_failed)
+        job.released = True
+        job.successor = successor
+        return "done"
 
     async def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
@@ -551,18 +635,82 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
-        done, _ = self.services.write_batched(self._apply_batch, Transition(
+        committed = self.services.write_batched(self._apply_batch, Transition(
             migration_id, machine_id, old, new, reason, error=error, evidence_id=evidence_id,
             release=release, options=options))
-        return done is not None
+        return committed.done is not None
 
     def _apply_batch(self, conn, transitions):
-        """A group commit's transitions: (unit, (what announce needs, or None;
-        (the start of the machine in the slot it freed, its job) or None))."""
+        """A group commit's transitions: (unit, :class:`Committed`) each."""
         units = [UnitOfWork(conn, defer_events=True) for _ in transitions]
         dones = self.apply_many(conn, transitions, units)
-        successors = self._refill(conn, transitions, dones, units)
-        return list(zip(units, zip(dones, successors, strict=True), strict=True))
+        results = [Committed(done) for done in dones]
+        self._start_chosen(conn, transitions, results, units)
+        for result, successor in zip(results, self._refill(conn, transitions, dones, units),
+                                     strict=True):
+            result.successor = successor
+        self._reserve(conn, transitions, results)
+        return list(zip(units, results, strict=True))
+
+    def _reserve(self, conn, transitions, results):
+        """For each ``reserve`` transition, choose the queued machine to follow it
+        and take its lock (it stays queued: admission decides when it may start,
+        :meth:`_start_chosen`); its job goes to ``Committed.reserved``. None
+        left: the machine's end refills its slot as before (:meth:`_refill`)."""
+        wanted = {}
+        for index, (t, result) in enumerate(zip(transitions, results, strict=True)):
+            if t.reserve and result.done is not None:
+                wanted.setdefault(t.migration_id, []).append(index)
+        for migration_id in sorted(wanted):
+            indexes = wanted[migration_id]
+            allowed, canaries_only = admission.may_choose(conn, migration_id)
+            if not allowed:
+                continue
+            chosen = list(conn.execute(
+                _RESERVABLE_CANARIES if canaries_only else _RESERVABLE,
+                {"mig": migration_id, "n": len(indexes)}).scalars())
+            locked = set(self.lock_many(conn, chosen)) if chosen else set()
+            jobs, idle = self._jobs(conn, migration_id, [m for m in chosen if m in locked],
+                                    runnable=("queued",))
+            for ids in chunks(idle):
+                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+            for index, job in zip(indexes, jobs.values(), strict=False):
+                results[index].reserved = job
+
+    def _start_chosen(self, conn, transitions, results, units):
+        """queued -> validating for the machines chosen in advance to follow
+        those that ``start`` transitions finished, as far as admission lets
+        them and while this conductor holds their locks; the others' locks
+        are released (they stay queued)."""
+        wanted = {}
+        for index, t in enumerate(transitions):
+            if t.start is not None:
+                wanted.setdefault(t.migration_id, []).append(index)
+        for migration_id in sorted(wanted):
+            indexes = wanted[migration_id]
+            finished = [i for i in indexes if results[i].done is not None]
+            chosen = [transitions[i].start for i in finished]
+            held = set(_changed(conn, _HOLD_MANY, {"host": self.host,
+                                                   "now": models.utcnow()},
+                                chosen, _HELD)) if chosen else set()
+            options, admitted = admission.admit_chosen(
+                conn, migration_id, [m for m in chosen if m in held])
+            canary = dict(admitted)
+            by_machine = {transitions[i].start: i for i in finished}
+            starts = [Transition(migration_id, machine_id, "queued", "validating",
+                                 "started" + (" (canary)" if canary[machine_id] else "")
+                                 + f" in the slot {transitions[by_machine[machine_id]].machine_id}"
+                                 " freed", options=options)
+                      for machine_id in canary]
+            dones = self.apply_many(conn, starts, [units[by_machine[t.machine_id]]
+                                                   for t in starts])
+            started = {d[1] for d in dones if d is not None}
+            for machine_id in started:
+                results[by_machine[machine_id]].started = True
+            refused = [transitions[i].start for i in indexes
+                       if transitions[i].start not in started]
+            for ids in chunks(refused):
+                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
 
     def _refill(self, conn, transitions, dones, units):
         """Start a queued machine in each slot that a finished machine of a
