@@ -55,6 +55,17 @@ _LOCKED_MIGRATION = select(_MIGRATIONS.c.state, _MIGRATIONS.c.options, _MIGRATIO
     .where(_MIGRATIONS.c.id == bindparam("mig")).with_for_update()
 
 
+def lock_migrations(conn, migration_ids):
+    """Lock the rows of ``migration_ids`` in one order (PostgreSQL; SQLite's
+    write transaction is alone anyway): a transaction that starts or chooses
+    machines of several migrations in several passes must not take them in
+    another order than a concurrent one."""
+    if conn.dialect.name == "sqlite":
+        return
+    for migration_id in sorted(migration_ids):
+        conn.execute(_LOCKED_MIGRATION, {"mig": migration_id})
+
+
 def tally(conn, migration_id):
     """{(step, canary): machines} for the steps that are few (in flight, failed,
     cancelled), plus ("queued", canary of the first queued machine): 1 while

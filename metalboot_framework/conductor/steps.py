@@ -643,6 +643,9 @@ class StepRunner:
     def _apply_batch(self, conn, transitions):
         """A group commit's transitions: (unit, :class:`Committed`) each."""
         units = [UnitOfWork(conn, defer_events=True) for _ in transitions]
+        admitting = {t.migration_id for t in transitions if t.refill or t.reserve or t.start}
+        if len(admitting) > 1:  # three passes below, each in migration order
+            admission.lock_migrations(conn, admitting)
         dones = self.apply_many(conn, transitions, units)
         results = [Committed(done) for done in dones]
         self._start_chosen(conn, transitions, results, units)
