@@ -109,12 +109,13 @@ def over_budget(counts, options, total):
     return None
 
 
-def admit(conn, migration_id, limit):
-    """Which queued machines may start now, up to ``limit``, read in ``conn``'s
-    write transaction with the migration's row locked: (the migration's
-    options, [(machine id, canary)] in queue order); nothing unless the rules
-    above allow it."""
-    options, capacity, canaries_open = _open_slots(conn, migration_id, limit)
+def admit(conn, migration_id, limit, free=0):
+    """Which queued machines nobody holds may start now, up to ``limit``, read
+    in ``conn``'s write transaction with the migration's row locked: (the
+    migration's options, [(machine id, canary)] in queue order); nothing
+    unless the rules above allow it. ``free``: slots counted as free although
+    machines in flight still hold them."""
+    options, capacity, canaries_open = _open_slots(conn, migration_id, limit, free)
     if not capacity:
         return options, []
     return options, [tuple(row) for row in conn.execute(
@@ -136,13 +137,12 @@ def admit_chosen(conn, migration_id, machine_ids):
                      and (canary_of[machine_id] or not canaries_open)][:capacity]
 
 
-def may_choose(conn, migration_id):
-    """Whether machines about to finish may choose their successors now, and
-    whether only canaries: the rules of :func:`admit` but the count of slots
-    (those machines still hold theirs). What is chosen is started only if
-    :func:`admit_chosen` agrees when the slot is freed."""
-    options, capacity, canaries_open = _open_slots(conn, migration_id, 1, free=1)
-    return bool(capacity), canaries_open
+def choose(conn, migration_id, count):
+    """The queued machines that ``count`` machines about to finish may choose
+    as their successors now: :func:`admit`, the slots those machines still
+    hold counted as free. They start only if :func:`admit_chosen` agrees
+    when the slots are freed."""
+    return admit(conn, migration_id, count, free=count)[1]
 
 
 def _open_slots(conn, migration_id, limit, free=0):

@@ -106,23 +106,14 @@ _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     unindexed(_MMT.c.state) == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
-# A machine whose boot was proven chooses its successor while its source is
-# cleaned up: the first queued machine nobody holds, locked and left queued
-# (see StepRunner._reserve).
-_RESERVABLE = select(_MMT.c.machine_id) \
-    .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
-    _MACHINES.c.reservation.is_(None)).order_by(_MMT.c.position).limit(bindparam("n"))
-_RESERVABLE_CANARIES = _RESERVABLE.where(_MMT.c.canary.is_(True))
-# ... and still holds it when it starts it (a lock held longer than a heartbeat
-# interval by a machine not yet running may have been released as leaked)
+# A machine chosen in advance as a successor is started only while this
+# conductor holds it (a lock held longer than a heartbeat interval by a machine
+# not yet running may have been released as leaked): held again, or taken if
+# free; the ones held are read back by _CLAIMED.
 _HOLD_MANY = update(_MACHINES).where(
     _MACHINES.c.id.in_(_mids),
     (_MACHINES.c.reservation == _host) | _MACHINES.c.reservation.is_(None)) \
     .values(reservation=_host, reserved_at=bindparam("now"))
-_HELD = select(_MACHINES.c.id).where(_MACHINES.c.id.in_(_mids),
-                                     _MACHINES.c.reservation == _host,
-                                     _MACHINES.c.reserved_at == bindparam("now"))
 _TRANSITIONS = {}
 
 
@@ -256,6 +247,16 @@ class Job:
     starting: bool = False
 
 
+def _starts(migration_id, rows, options, freed_by=None):
+    """queued -> validating transitions of ``rows`` ([(machine id, canary)]);
+    ``freed_by``: the machine whose slot the k-th one takes, if any."""
+    return [Transition(migration_id, machine_id, "queued", "validating",
+                       "started" + (" (canary)" if canary else "")
+                       + (f" in the slot {freed_by[k]} freed" if freed_by else ""),
+                       options=options)
+            for k, (machine_id, canary) in enumerate(rows)]
+
+
 def _log_if_failed(outcome):
     try:
         outcome.result()
@@ -288,13 +289,17 @@ class StepRunner:
         """
         return self._jobs_of_locked(conn, migration_id, self.lock_many(conn, machine_ids))
 
-    def _jobs_of_locked(self, conn, migration_id, locked):
+    def _jobs_of_locked(self, conn, migration_id, locked, runnable=RUNNABLE):
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
-        those whose step is not runnable any more are released in it."""
-        jobs, idle = self._jobs(conn, migration_id, locked)
-        for ids in chunks(idle):
-            conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+        those whose step is not in ``runnable`` (any more) are released in it."""
+        jobs, idle = self._jobs(conn, migration_id, locked, runnable)
+        self._release_in(conn, idle)
         return jobs
+
+    def _release_in(self, conn, machine_ids):
+        """Drop this conductor's locks on ``machine_ids`` in ``conn``'s transaction."""
+        for ids in chunks(list(machine_ids)):
+            conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
 
     def lock_many(self, conn, machine_ids):
         """Take the locks of those of ``machine_ids`` nobody holds, in ``conn``'s
@@ -343,8 +348,7 @@ class StepRunner:
             self.services.write_grouped(self._release_work(machine_ids))
 
     def _release_work(self, machine_ids):
-        return lambda unit: unit.session.execute(
-            RELEASE_MANY, {"mids": list(machine_ids), "host": self.host})
+        return lambda unit: self._release_in(unit.session, machine_ids)
 
     async def run(self, migration_id, machine_id, job=None, switch=None):
         """Run the machine's steps while they are runnable, holding its lock: a
@@ -666,17 +670,11 @@ class StepRunner:
                 wanted.setdefault(t.migration_id, []).append(index)
         for migration_id in sorted(wanted):
             indexes = wanted[migration_id]
-            allowed, canaries_only = admission.may_choose(conn, migration_id)
-            if not allowed:
-                continue
-            chosen = list(conn.execute(
-                _RESERVABLE_CANARIES if canaries_only else _RESERVABLE,
-                {"mig": migration_id, "n": len(indexes)}).scalars())
+            chosen = [machine_id for machine_id, _ in
+                      admission.choose(conn, migration_id, len(indexes))]
             locked = set(self.lock_many(conn, chosen)) if chosen else set()
-            jobs, idle = self._jobs(conn, migration_id, [m for m in chosen if m in locked],
-                                    runnable=("queued",))
-            for ids in chunks(idle):
-                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+            jobs = self._jobs_of_locked(conn, migration_id,
+                                        [m for m in chosen if m in locked], ("queued",))
             for index, job in zip(indexes, jobs.values(), strict=False):
                 results[index].reserved = job
 
@@ -695,25 +693,19 @@ class StepRunner:
             chosen = [transitions[i].start for i in finished]
             held = set(_changed(conn, _HOLD_MANY, {"host": self.host,
                                                    "now": models.utcnow()},
-                                chosen, _HELD)) if chosen else set()
+                                chosen, _CLAIMED)) if chosen else set()
             options, admitted = admission.admit_chosen(
                 conn, migration_id, [m for m in chosen if m in held])
-            canary = dict(admitted)
             by_machine = {transitions[i].start: i for i in finished}
-            starts = [Transition(migration_id, machine_id, "queued", "validating",
-                                 "started" + (" (canary)" if canary[machine_id] else "")
-                                 + f" in the slot {transitions[by_machine[machine_id]].machine_id}"
-                                 " freed", options=options)
-                      for machine_id in canary]
+            starts = _starts(migration_id, admitted, options,
+                             [transitions[by_machine[m]].machine_id for m, _ in admitted])
             dones = self.apply_many(conn, starts, [units[by_machine[t.machine_id]]
                                                    for t in starts])
             started = {d[1] for d in dones if d is not None}
             for machine_id in started:
                 results[by_machine[machine_id]].started = True
-            refused = [transitions[i].start for i in indexes
-                       if transitions[i].start not in started]
-            for ids in chunks(refused):
-                conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
+            self._release_in(conn, [transitions[i].start for i in indexes
+                                    if transitions[i].start not in started])
 
     def _refill(self, conn, transitions, dones, units):
         """Start a queued machine in each slot that a finished machine of a
@@ -746,11 +738,7 @@ class StepRunner:
         start what :meth:`announce` needs, or None; the ids of the machines
         whose locks it took: :meth:`read_jobs` reads their jobs)."""
         options, rows = admission.admit(conn, migration_id, limit)
-        starts = [Transition(migration_id, machine_id, "queued", "validating",
-                             "started" + (" (canary)" if canary else "")
-                             + (f" in the slot {freed_by[k]} freed" if freed_by else ""),
-                             options=options)
-                  for k, (machine_id, canary) in enumerate(rows)]
+        starts = _starts(migration_id, rows, options, freed_by)
         dones = self.apply_many(conn, starts, units[:len(starts)])
         return dones, self.lock_many(conn, [d[1] for d in dones if d is not None])
 
