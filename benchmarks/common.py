@@ -246,8 +246,8 @@ class BootServer(MetalbootServer):
         """(machine snapshots read from the database, kept by their revisions) of
         all its processes, from their logs at exit."""
         with open(self.log_path, errors="replace") as f:
-            found = re.findall(r"machine snapshots: (\d+) read from the database, (\d+) kept",
-                               f.read())
+            found = re.findall(r"machine snapshots: (\d+) read from the database "
+                               r"\(\d+ before a fetch asked\), (\d+) kept", f.read())
         return (sum(int(r) for r, _ in found), sum(int(k) for _, k in found))
 
 

@@ -10,7 +10,7 @@ gets it and the other answers 409 naming the machines. The conductor
 import datetime
 import uuid
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 
 from metalboot_framework import inventory
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
@@ -30,6 +30,18 @@ LIVE_STATES = ("running", "paused", "cancelling")
 TERMINAL_STATES = ("done", "halted", "cancelled")
 
 MM = models.MigrationMachine
+# What creating a migration reads of each selected machine: not every column
+# (the JSON ones cost 10 us each to parse, 10,000 machines 0.1 s).
+_SELECTED = (inventory.MACHINES.c.id, inventory.MACHINES.c.state,
+             inventory.MACHINES.c.boot_interface)
+
+
+# The selected machines become the migration's (a Core statement: the ORM's
+# bulk UPDATE costs 3 ms per 500 machines in evaluating its session).
+_CLAIM = update(inventory.MACHINES).where(
+    inventory.MACHINES.c.id.in_(bindparam("ids", expanding=True)),
+    inventory.MACHINES.c.state.in_(("ready", "enrolling"))).values(
+    state="migrating", updated_at=bindparam("now"))
 
 
 def _select_machines(session, selector, target):
@@ -38,7 +50,7 @@ def _select_machines(session, selector, target):
         ids = list(dict.fromkeys(selector["machines"]))
         rows = {}
         for start in range(0, len(ids), 500):
-            for m in session.execute(select(inventory.MACHINES).where(
+            for m in session.execute(select(*_SELECTED).where(
                     inventory.MACHINES.c.id.in_(ids[start:start + 500]))):
                 rows[m.id] = m
         missing = [mid for mid in ids if mid not in rows]
@@ -53,14 +65,14 @@ def _select_machines(session, selector, target):
     if session.get(models.Partition, selector["partition"]) is None:
         raise InvalidInput(f"partition {selector['partition']} does not exist",
                            fields={"selector.partition": ["no such partition"]})
-    q = select(inventory.MACHINES).where(
+    q = select(*_SELECTED).where(
         inventory.MACHINES.c.partition_id == selector["partition"],
         inventory.MACHINES.c.boot_interface != target).order_by(inventory.MACHINES.c.id)
     if selector.get("boot_interface"):
         q = q.where(inventory.MACHINES.c.boot_interface == selector["boot_interface"])
     if selector.get("state"):
         q = q.where(inventory.MACHINES.c.state == selector["state"])
-    return list(session.execute(q))
+    return session.execute(q).all()
 
 
 def _skip_reason(machine, target, services):
@@ -116,11 +128,8 @@ def create(services, body):
         if not dry_run:
             claimed = 0
             for start in range(0, len(claim), 500):
-                claimed += s.execute(
-                    update(models.Machine)
-                    .where(models.Machine.id.in_(claim[start:start + 500]),
-                           models.Machine.state.in_(("ready", "enrolling")))
-                    .values(state="migrating", updated_at=now)).rowcount
+                claimed += s.execute(_CLAIM, {"ids": claim[start:start + 500],
+                                              "now": now}).rowcount
             if claimed != len(claim):
                 # Lost a race with another request between our read and update.
                 raise _busy_conflict(s, claim)

@@ -24,6 +24,12 @@ opts = [
                       "move to another boot interface takes effect on this server "
                       "within this time. 0: read on every request (concurrent requests "
                       "still share one query)."),
+    cfg.FloatOpt("warm_interval", default=0.1, min=0,
+                 help="Seconds between two looks at the machines a migration is "
+                      "preparing or activating: their snapshots not yet cached are "
+                      "loaded then, so that the first fetch after the machine's reset "
+                      "finds them (one indexed query per look). 0, or a cache_ttl of "
+                      "0: no looks; the first fetch loads the snapshot."),
     cfg.IntOpt("read_batch_size", default=500, min=1,
                help="Most machines (or MACs, or partition artifacts) loaded by one "
                     "database query when concurrent requests miss the cache."),

@@ -403,11 +403,56 @@ def test_expired_machines_kept_unless_changed(boot_pair):
     assert all(after[m].status_code == 200 and "console=ttyS1 " in after[m].text
                for m in ids[:2])
     assert boot.stop(signal.SIGTERM) == 0
-    read, kept = map(int, re.search(r"machine snapshots: (\d+) read from the database, "
-                                    r"(\d+) kept", boot.log()).groups())
+    read, _, kept = _snapshot_counts(boot)
     # 3 first reads + 2 after the partition changed; the rest kept (by the
     # background refresh or when a fetch found them expired)
     assert read == 5 and kept >= 9, boot.log()
+
+
+def _snapshot_counts(boot):
+    """(read, read before a fetch asked, kept) from the boot server's log at stop."""
+    return tuple(map(int, re.search(
+        r"machine snapshots: (\d+) read from the database \((\d+) before a fetch "
+        r"asked\), (\d+) kept", boot.log()).groups()))
+
+
+def _migrate(api, ids, target="fake-alt"):
+    r = api.request("POST", "/v1/migrations", json={
+        "selector": {"machines": ids}, "boot_interface": target, "max_parallel": len(ids)})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        m = api.request("GET", f"/v1/migrations/{r.json()['id']}").json()
+        if m["finished_at"]:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(f"migration not finished: {m}")
+
+
+@pytest.mark.parametrize("warm_interval", [0.05, 0])
+def test_snapshots_of_machines_about_to_boot_are_loaded_before_their_fetch(
+        boot_pair, warm_interval):
+    """The machines a migration prepares or activates are read before they
+    fetch their boot.ipxe (each once); with ``warm_interval = 0`` their fetches
+    read them. Either way every fetch is answered and the migration is done."""
+    api, boot = boot_pair(extra=f"warm_interval = {warm_interval}\n")
+    r = api.request("POST", "/v1/partitions", json={"id": "p1"})
+    assert r.status_code == 201, r.text
+    # slow BMCs: a prepare and an activate take 0.3 s each, several looks
+    bodies = [machine_body(i, properties={"fake_delay": 0.3}) for i in range(4)]
+    r = api.request("POST", "/v1/machines", json=bodies)
+    assert r.status_code == 201, r.text
+    api.wait_enrolled()
+    ids = [b["id"] for b in bodies]
+    with SimulatedFleet(api.url, api.token, default=FETCH) as fleet:
+        m = _migrate(api, ids)
+    assert m["state"] == "done" and m["counts"] == {"done": 4}, m
+    assert sorted((mid, iface, status) for mid, iface, _, status in fleet.boots) == \
+        [(mid, "fake-alt", 200) for mid in ids]
+    assert boot.stop(signal.SIGTERM) == 0
+    read, warmed, _ = _snapshot_counts(boot)
+    assert read == 4, boot.log()
+    assert warmed == (4 if warm_interval else 0), boot.log()
 
 
 def test_machine_registered_again_is_not_its_old_snapshot(boot_pair):
@@ -538,6 +583,33 @@ def test_concurrent_misses_share_one_query_and_expire():
             assert await cache.get(10) is None and calls[-1] == ([10], {})
 
     asyncio.run(scenario())
+
+def test_warmed_keys_load_once_and_a_request_meanwhile_waits_for_that_load():
+    """warm() queues only keys neither cached nor loading; a get() of a key
+    being warmed shares its load; a warmed key is cached like a fetched one."""
+    from metalboot_framework.cmd.boot_server import BatchCache
+
+    calls = []
+
+    def load(keys, _stale):
+        calls.append(sorted(keys))
+        time.sleep(0.05)
+        return {k: k * 2 for k in keys}
+
+    async def scenario():
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            cache = BatchCache(pool, load, ttl=2.0, batch_size=1000)
+            assert await cache.get(1) == 2
+            assert cache.warm([1, 2, 3]) == 2  # 1 is cached
+            assert cache.warm([2, 3, 4]) == 1  # 2 and 3 are queued already
+            assert await cache.get(3) == 6  # waits for the warm load, no load of its own
+            assert calls == [[1], [2, 3, 4]]  # the keys queued meanwhile: one load
+            assert await asyncio.gather(cache.get(2), cache.get(4)) == [4, 8]
+            assert len(calls) == 2  # cached by the warm load
+            assert cache.warm([1, 2, 3, 4]) == 0
+
+    asyncio.run(scenario())
+
 
 def test_evidence_rows_share_a_future_per_group_and_a_cancel_is_the_waiters_own(services):
     """Rows without an id wait in groups of up to batch_size sharing one future;
