@@ -173,6 +173,46 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+class HostSteal:
+    """The share of this host's CPU time that its hypervisor gave to others
+    (``steal`` in /proc/stat) from creation to :meth:`share`. A wall time
+    measured while a neighbour takes a fifth of the CPUs says more about the
+    neighbour than about metalboot: the benchmarks print it beside their
+    wall times. None where /proc/stat has no steal column."""
+
+    CONTENDED = 0.05  # above: the run's wall time is not comparable
+
+    def __init__(self):
+        self._start = self._read()
+
+    @staticmethod
+    def _read():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        return (fields[7], sum(fields)) if len(fields) == 8 else None
+
+    def share(self):
+        end = self._read()
+        if self._start is None or end is None or end[1] == self._start[1]:
+            return None
+        return (end[0] - self._start[0]) / (end[1] - self._start[1])
+
+    def describe(self):
+        """A line for the report: the share, and whether it makes the run's wall
+        time incomparable."""
+        share = self.share()
+        if share is None:
+            return "host: CPU time stolen by a hypervisor unknown (no steal in /proc/stat)"
+        line = f"host: {share * 100:.1f}% of the CPU time stolen by the hypervisor during the run"
+        if share > self.CONTENDED:
+            line += (f" (above {self.CONTENDED * 100:.0f}%: a contended host; this wall time "
+                     "is not comparable with an uncontended run's)")
+        return line
+
+
 def wait_http(url, proc, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

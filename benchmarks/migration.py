@@ -26,8 +26,8 @@ import urllib.parse
 
 import requests
 
-from benchmarks.common import (BootServer, MetalbootServer, cpu_seconds, fmt, free_port,
-                               peak_rss_mb, table)
+from benchmarks.common import (BootServer, HostSteal, MetalbootServer, cpu_seconds, fmt,
+                               free_port, peak_rss_mb, table)
 
 CALLS_PER_MACHINE = 4  # validate, prepare, activate (target), clean_up (source)
 
@@ -274,6 +274,7 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
         ids = register(server, count, delay=delay)
         tail = ConsoleTail(console, workers=max_parallel)
         cpu0 = cpu_seconds(server.proc.pid)
+        steal = HostSteal()
         m = run_migration(server, ids, max_parallel, target=INTERFACES[steps][1])
         wall = m["seconds"]
         cpu = cpu_seconds(server.proc.pid) - cpu0
@@ -298,6 +299,7 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
           [("metalboot", fmt(wall, " s"), fmt(ideal, " s"), fmt(wall / ideal, "x"),
             f"{fmt(cpu, ' s')} ({fmt(cpu / wall * 100, '%')} of a core)")])
     print(f"target: within 1.2x of ideal: {'met' if wall / ideal <= 1.2 else 'MISSED'}")
+    print(steal.describe())
     return wall / ideal
 
 

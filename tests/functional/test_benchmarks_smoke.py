@@ -64,3 +64,22 @@ def test_scale_quick_prints_the_combined_table():
         assert all(re.search(r"\b(met|MISSED)\b", row) for row in mine
                    if ">=" in row or "<=" in row), mine
     print(f"benchmarks/run.py scale --quick took {took:.0f} s")
+
+
+def test_migration_benchmark_prints_its_figures_and_the_host_steal():
+    """The migration wall-time benchmark, scaled down: its table, the verdict,
+    and the share of CPU time the hypervisor stole during the run."""
+    argv = [sys.executable, "-m", "benchmarks.migration", "--only", "latency",
+            "--machines", "40", "--max-parallel", "10", "--delay", "0.05"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    row = re.search(r"^metalboot\s+(\d+\.\d+) s\s+(\d+\.\d+) s\s+(\d+\.\d+)x", out, re.M)
+    assert row, out
+    wall, ideal, ratio = map(float, row.groups())
+    assert abs(ideal - 4 * 0.05 * 40 / 10) < 0.01 and abs(wall / ideal - ratio) < 0.01, out
+    assert re.search(r"^target: within 1\.2x of ideal: (met|MISSED)$", out, re.M), out
+    assert re.search(r"^host: (\d+\.\d% of the CPU time stolen by the hypervisor during "
+                     r"the run|CPU time stolen by a hypervisor unknown)", out, re.M), out
