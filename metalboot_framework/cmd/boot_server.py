@@ -950,14 +950,21 @@ class BootServer:
         load (a query and two hand-overs between threads, more than half of
         the time from its request to its evidence in a migration of 10,000)."""
         loop = asyncio.get_running_loop()
+        failing = False
         while True:
             await asyncio.sleep(self.opts.warm_interval)
             try:
                 booting = await loop.run_in_executor(self.reads, self._booting_soon)
             except Exception as exc:  # the fetches load what they need themselves
-                LOG.warning("cannot read the machines about to boot: %s: %s",
-                            type(exc).__name__, exc)
+                if not failing:  # once, not ten times a second
+                    LOG.warning("cannot read the machines about to boot (snapshots are "
+                                "loaded by their fetches until it works again): %s: %s",
+                                type(exc).__name__, exc)
+                failing = True
                 continue
+            if failing:
+                LOG.info("reading the machines about to boot works again")
+                failing = False
             self.snapshots_warmed += self.snapshots.warm(booting)
 
     def _booting_soon(self):

@@ -611,6 +611,40 @@ def test_warmed_keys_load_once_and_a_request_meanwhile_waits_for_that_load():
     asyncio.run(scenario())
 
 
+def test_warm_up_that_cannot_read_warns_once_and_says_when_it_works_again(
+        services, conf, caplog):
+    """The looks at the machines about to boot fail while their table is away
+    (renamed: a real error of the database): one warning for all the failed
+    looks, one line when they work again."""
+    import logging
+
+    from metalboot_framework.cmd.boot_server import BootServer
+
+    conf.set_override("warm_interval", 0.02, group="boot_server")
+
+    def rename(old, new):
+        with services.db.write_conn() as c:
+            c.exec_driver_sql(f"ALTER TABLE {old} RENAME TO {new}")
+
+    async def scenario():
+        server = BootServer(services, conf.boot_server, 1024)
+        rename("migration_machines", "migration_machines_away")
+        await server.start()
+        try:
+            await asyncio.sleep(0.3)  # about 15 looks, all failing
+            rename("migration_machines_away", "migration_machines")
+            await asyncio.sleep(0.2)
+        finally:
+            await server.stop()
+
+    with caplog.at_level(logging.INFO, logger="metalboot_framework.cmd.boot_server"):
+        asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records]
+    warnings = [m for m in lines if m.startswith("cannot read the machines about to boot")]
+    assert len(warnings) == 1 and "migration_machines" in warnings[0], lines
+    assert lines.count("reading the machines about to boot works again") == 1, lines
+
+
 def test_evidence_rows_share_a_future_per_group_and_a_cancel_is_the_waiters_own(services):
     """Rows without an id wait in groups of up to batch_size sharing one future;
     a batch takes whole groups; a request cancelled while it waits (its client
