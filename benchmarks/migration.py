@@ -26,8 +26,8 @@ import urllib.parse
 
 import requests
 
-from benchmarks.common import (BootServer, HostSteal, MetalbootServer, cpu_seconds, fmt,
-                               free_port, peak_rss_mb, table)
+from benchmarks.common import (BootServer, HostSteal, MetalbootServer, cpu_probe, cpu_seconds,
+                               fmt, free_port, peak_rss_mb, table)
 
 CALLS_PER_MACHINE = 4  # validate, prepare, activate (target), clean_up (source)
 
@@ -274,11 +274,14 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
         ids = register(server, count, delay=delay)
         tail = ConsoleTail(console, workers=max_parallel)
         cpu0 = cpu_seconds(server.proc.pid)
+        probe_before = cpu_probe()
         steal = HostSteal()
         m = run_migration(server, ids, max_parallel, target=INTERFACES[steps][1])
+        steal.stop()
         wall = m["seconds"]
         cpu = cpu_seconds(server.proc.pid) - cpu0
         tail.stop()
+        probe_after = cpu_probe()
     finally:
         for proc in extra:
             proc.stop()
@@ -300,6 +303,8 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
             f"{fmt(cpu, ' s')} ({fmt(cpu / wall * 100, '%')} of a core)")])
     print(f"target: within 1.2x of ideal: {'met' if wall / ideal <= 1.2 else 'MISSED'}")
     print(steal.describe())
+    print(f"host: a fixed CPU-bound loop took {probe_before:.3f} s before the run and "
+          f"{probe_after:.3f} s after (lower is quieter; compare between runs)")
     return wall / ideal
 
 

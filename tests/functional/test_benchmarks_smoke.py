@@ -83,3 +83,6 @@ def test_migration_benchmark_prints_its_figures_and_the_host_steal():
     assert re.search(r"^target: within 1\.2x of ideal: (met|MISSED)$", out, re.M), out
     assert re.search(r"^host: (\d+\.\d% of the CPU time stolen by the hypervisor during "
                      r"the run|CPU time stolen by a hypervisor unknown)", out, re.M), out
+    probe = re.search(r"^host: a fixed CPU-bound loop took (\d+\.\d+) s before the run and "
+                      r"(\d+\.\d+) s after", out, re.M)
+    assert probe and all(0 < float(v) < 60 for v in probe.groups()), out
