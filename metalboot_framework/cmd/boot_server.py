@@ -624,7 +624,7 @@ class BootServer:
         # their revisions (read threads add to them; reported at stop)
         self.snapshots_read = 0
         self.snapshots_kept = 0
-        self.snapshots_warmed = 0  # of those read: before a fetch asked (warm_interval)
+        self.snapshots_warmed = 0  # loads (read or kept) the warm-up asked for
         self._warmer = None
         self._counting = threading.Lock()
         # Templates are read once: no stat() of the template file per rendering.
@@ -992,9 +992,9 @@ class BootServer:
         LOG.info("boot evidence committed: %d rows in %d transactions (%d of them on "
                  "the event loop)", self.evidence.rows, self.evidence.batches,
                  self.evidence.inline_batches)
-        LOG.info("machine snapshots: %d read from the database (%d before a fetch "
-                 "asked), %d kept after their revisions were checked",
-                 self.snapshots_read, self.snapshots_warmed, self.snapshots_kept)
+        LOG.info("machine snapshots: %d read from the database, %d kept after their "
+                 "revisions were checked; %d loaded before a fetch asked",
+                 self.snapshots_read, self.snapshots_kept, self.snapshots_warmed)
         self.reads.shutdown(wait=True)
 
 

@@ -28,6 +28,7 @@ from metalboot_framework.store import models
 from metalboot_framework.store.db import Database
 from metalboot_framework.testing.simulator import FETCH, SimulatedFleet
 from tests.conftest import ServerProcess, free_port, machine_body, signer_of
+from tests.functional.test_migrations import migrate, setup_machines, wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -403,30 +404,17 @@ def test_expired_machines_kept_unless_changed(boot_pair):
     assert all(after[m].status_code == 200 and "console=ttyS1 " in after[m].text
                for m in ids[:2])
     assert boot.stop(signal.SIGTERM) == 0
-    read, _, kept = _snapshot_counts(boot)
+    read, kept, _ = _snapshot_counts(boot)
     # 3 first reads + 2 after the partition changed; the rest kept (by the
     # background refresh or when a fetch found them expired)
     assert read == 5 and kept >= 9, boot.log()
 
 
 def _snapshot_counts(boot):
-    """(read, read before a fetch asked, kept) from the boot server's log at stop."""
+    """(read, kept, loaded before a fetch asked) from the boot server's log at stop."""
     return tuple(map(int, re.search(
-        r"machine snapshots: (\d+) read from the database \((\d+) before a fetch "
-        r"asked\), (\d+) kept", boot.log()).groups()))
-
-
-def _migrate(api, ids, target="fake-alt"):
-    r = api.request("POST", "/v1/migrations", json={
-        "selector": {"machines": ids}, "boot_interface": target, "max_parallel": len(ids)})
-    assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        m = api.request("GET", f"/v1/migrations/{r.json()['id']}").json()
-        if m["finished_at"]:
-            return m
-        time.sleep(0.1)
-    raise AssertionError(f"migration not finished: {m}")
+        r"machine snapshots: (\d+) read from the database, (\d+) kept after their "
+        r"revisions were checked; (\d+) loaded before a fetch asked", boot.log()).groups()))
 
 
 @pytest.mark.parametrize("warm_interval", [0.05, 0])
@@ -436,21 +424,15 @@ def test_snapshots_of_machines_about_to_boot_are_loaded_before_their_fetch(
     fetch their boot.ipxe (each once); with ``warm_interval = 0`` their fetches
     read them. Either way every fetch is answered and the migration is done."""
     api, boot = boot_pair(extra=f"warm_interval = {warm_interval}\n")
-    r = api.request("POST", "/v1/partitions", json={"id": "p1"})
-    assert r.status_code == 201, r.text
     # slow BMCs: a prepare and an activate take 0.3 s each, several looks
-    bodies = [machine_body(i, properties={"fake_delay": 0.3}) for i in range(4)]
-    r = api.request("POST", "/v1/machines", json=bodies)
-    assert r.status_code == 201, r.text
-    api.wait_enrolled()
-    ids = [b["id"] for b in bodies]
+    ids = setup_machines(api, 4, properties={"fake_delay": 0.3})
     with SimulatedFleet(api.url, api.token, default=FETCH) as fleet:
-        m = _migrate(api, ids)
+        m = wait_for(api, migrate(api, ids, max_parallel=4)["id"])
     assert m["state"] == "done" and m["counts"] == {"done": 4}, m
     assert sorted((mid, iface, status) for mid, iface, _, status in fleet.boots) == \
         [(mid, "fake-alt", 200) for mid in ids]
     assert boot.stop(signal.SIGTERM) == 0
-    read, warmed, _ = _snapshot_counts(boot)
+    read, _, warmed = _snapshot_counts(boot)
     assert read == 4, boot.log()
     assert warmed == (4 if warm_interval else 0), boot.log()
 
