@@ -2,9 +2,12 @@
 
 Implementations live in any installed distribution that declares an entry point
 in the ``metalboot.hooks`` namespace pointing at a module or object with
-functions marked ``@metalboot_framework.hookimpl``. Hooks are told about
-changes after they are committed: a hook that raises is logged and ignored, and
-never undoes or corrupts the change. Only :func:`metalboot_veto_machine` and
+functions marked ``@metalboot_framework.hookimpl``. Hooks are called through
+pluggy: the implementation registered last is called first, ``tryfirst`` and
+``trylast`` move one, and ``wrapper=True`` implementations wrap the call.
+Hooks are told about changes after they are committed: an implementation that
+raises is logged and counts as no answer, the others are still called, and the
+change is never undone. Only :func:`metalboot_veto_machine` and
 :func:`metalboot_amend_boot_script` influence what happens.
 """
 
@@ -60,15 +63,21 @@ def metalboot_veto_machine(machine, migration):
 
     Return a reason (a string) to skip the machine, e.g. because metal-api says
     it is allocated; return ``None`` to let it go on. Every implementation is
-    asked; all reasons given are recorded.
+    asked; all reasons given are recorded, each after the name of the plugin
+    that gave it.
     """
 
 
 @hookspec
 def metalboot_amend_boot_script(machine, partition, interface, script):
-    """Return a changed boot.ipxe text for ``machine``, or ``None`` to keep it.
+    """Amend the boot.ipxe text served to ``machine``: a fold.
 
-    Called in registration order with the script as amended so far.
+    ``script`` is a :class:`metalboot_framework.hooks.BootScript`; its ``text``
+    is the script as amended by the implementations called before this one.
+    Set ``script.text`` to change it; return nothing (a returned value is
+    ignored with a warning). Implementations are called in pluggy's order, so
+    ``tryfirst``/``trylast`` choose who amends first and last, and a
+    ``wrapper=True`` implementation sees the text before and after the others.
     """
 
 

@@ -299,15 +299,10 @@ class Services:
         script = template.render(machine=machine, partition=partition, interface=interface,
                                  token=token, report_url=self.report_url(machine.id),
                                  public_url=self.public_url)
-        for plugin, amended in self.hooks.collect(
-                "metalboot_amend_boot_script", machine=machine, partition=partition,
-                interface=interface, script=script):
-            if isinstance(amended, str):
-                script = amended
-            else:
-                LOG.error("hook plugin %s returned %s from metalboot_amend_boot_script, "
-                          "not a string; ignored", plugin, type(amended).__name__)
-        return script
+        if not self.hooks.has("metalboot_amend_boot_script"):
+            return script
+        return self.hooks.amend_boot_script(script, machine=machine, partition=partition,
+                                            interface=interface)
 
     # -- snapshots and tasks -----------------------------------------------------
     def snapshot(self, conn, machine_id):

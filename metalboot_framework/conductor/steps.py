@@ -630,8 +630,8 @@ class StepRunner:
         from metalboot_framework import inventory, migrations
         machine = inventory.get_machine(self.services, machine_id)
         migration = migrations.get(self.services, migration_id)
-        return [f"{plugin}: {reason}" for plugin, reason in self.services.hooks.collect(
-            "metalboot_veto_machine", machine=machine, migration=migration)]
+        return [f"{plugin}: {reason}" for plugin, reason in self.services.hooks.veto_reasons(
+            machine=machine, migration=migration)]
 
     # -- transitions -------------------------------------------------------------------
     def transition(self, migration_id, machine_id, old, new, reason, error=None,

@@ -94,7 +94,7 @@ def test_amend_boot_script_hook(app, api, services, partition):
     class Amender:
         @hookimpl
         def metalboot_amend_boot_script(self, machine, interface, script):
-            return script + f"# amended for {machine.id} on {interface}\n"
+            script.text += f"# amended for {machine.id} on {interface}\n"
 
     class Broken:
         @hookimpl
