@@ -84,8 +84,12 @@ class BootInterface(abc.ABC):
     """Base class of every boot interface.
 
     Each method takes a *task*: a :class:`metalboot_framework.task.BootTask`
-    giving the machine record, its partition, per-machine artifact URLs, the
-    BMC client and the DHCP backends. Methods raise
+    giving the machine record, its partition, per-machine artifact URLs and the
+    configuration. A plugin reaches the machine's BMC with
+    ``metalboot_framework.bmc.client_for_task(task)`` and the operator's DHCP
+    servers with ``metalboot_framework.dhcp.get_backend(name, task.conf)``;
+    those and the other modules of :mod:`metalboot_framework.sdk` are all a
+    plugin may import. Methods raise
     :class:`metalboot_framework.exceptions.BootInterfaceError` (or a subclass)
     with a message that names what failed; any other exception is treated the
     same way but logged with its traceback.
