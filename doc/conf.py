@@ -4,7 +4,8 @@ Built with warnings as errors. Generated parts: the configuration reference
 (oslo.config's ``show-options`` over every ``oslo.config.opts`` namespace),
 the REST API reference (``_ext/metalboot_openapi.py``, from the app's OpenAPI
 document) and the Python API of the plugin contract and the conformance kit
-(autodoc). Needs metalboot installed (its entry points) and the ``docs`` extra.
+(autodoc), and the per-machine state machine's diagram and table
+(``_ext/metalboot_fsm.py``, drawn by Graphviz's ``dot``). Needs metalboot installed (its entry points) and the ``docs`` extra.
 """
 
 import os
@@ -26,7 +27,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "oslo_config.sphinxext",
     "metalboot_openapi",
+    "metalboot_fsm",
 ]
+graphviz_output_format = "svg"
 
 root_doc = "index"
 exclude_patterns = ["build", "_build", "Thumbs.db", ".DS_Store"]

@@ -10,15 +10,15 @@ import types
 
 from sqlalchemy import delete, func, insert, select
 
+from metalboot_framework.conductor import fsm
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.store.unindexed import unindexed
 
 # Steps of a machine that belongs to a live migration (metalboot_framework.migrations
 # uses these too): work under way, and work still to start.
-MIGRATION_IN_FLIGHT = ("validating", "preparing", "activating", "awaiting_boot", "verifying",
-                       "rolling_back")
-ACTIVE_MIGRATION_STEPS = ("queued",) + MIGRATION_IN_FLIGHT
+MIGRATION_IN_FLIGHT = fsm.IN_FLIGHT
+ACTIVE_MIGRATION_STEPS = fsm.ACTIVE
 
 # What a migration relies on staying put while it runs.
 MIGRATION_FROZEN_FIELDS = frozenset({"boot_interface", "partition", "nics", "boot_mode", "bmc"})

@@ -13,6 +13,7 @@ import uuid
 from sqlalchemy import bindparam, func, select, update
 
 from metalboot_framework import inventory
+from metalboot_framework.conductor import fsm
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import models
@@ -21,9 +22,9 @@ from metalboot_framework.store.unindexed import unindexed
 # Per-machine steps: where a machine is in its state machine.
 IN_FLIGHT = inventory.MIGRATION_IN_FLIGHT
 ACTIVE = inventory.ACTIVE_MIGRATION_STEPS
-SUCCEEDED = ("done", "valid")
-FAILED = ("rolled_back", "rollback_failed", "invalid")
-FINISHED = SUCCEEDED + FAILED + ("skipped", "cancelled")
+SUCCEEDED = fsm.SUCCEEDED
+FAILED = fsm.FAILED
+FINISHED = fsm.FINISHED
 
 # Migration states.
 LIVE_STATES = ("running", "paused", "cancelling")

@@ -13,6 +13,8 @@ import uuid
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from metalboot_framework.conductor import fsm
+
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -465,9 +467,7 @@ class ErrorSchema(Schema):
 # -- migrations -----------------------------------------------------------------
 
 MIGRATION_STATES = ("running", "paused", "cancelling", "cancelled", "halted", "done")
-MACHINE_STEPS = ("queued", "validating", "preparing", "activating", "awaiting_boot",
-                 "verifying", "done", "rolling_back", "rolled_back", "rollback_failed",
-                 "skipped", "cancelled", "valid", "invalid")
+MACHINE_STEPS = fsm.ALL
 
 
 class MaxFailures(fields.Field):

@@ -8,15 +8,14 @@ import click
 
 from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
+from metalboot_framework.conductor import fsm
 
 #: Migration states in which nothing will change any more (with finished_at set).
 FINAL_STATES = ("done", "halted", "cancelled")
 #: Machine steps that count as failures for the exit code of watch.
-FAILED_STEPS = ("rolled_back", "rollback_failed", "invalid", "cancelled")
+FAILED_STEPS = fsm.FAILED + (fsm.Step.CANCELLED.value,)
 #: Display order of the machine steps.
-STEP_ORDER = ("queued", "validating", "preparing", "activating", "awaiting_boot", "verifying",
-              "done", "valid", "skipped", "rolling_back", "rolled_back", "rollback_failed",
-              "invalid", "cancelled")
+STEP_ORDER = fsm.ALL
 
 LIST_COLUMNS = [("id", "id"), ("state", "state"), ("to", "boot_interface"),
                 ("machines", "total"),

@@ -21,7 +21,7 @@ import time
 from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
-from metalboot_framework.conductor import admission
+from metalboot_framework.conductor import admission, fsm
 from metalboot_framework.conductor.at_rest import RELEASE
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
@@ -147,21 +147,18 @@ def chunks(items, size=500):
         yield items[start:start + size]
 
 
-FORWARD = {"validating": "preparing", "preparing": "activating", "activating": "awaiting_boot",
-           "verifying": "done"}
+FORWARD = fsm.FORWARD
 DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
-RUNNABLE = ("validating", "preparing", "activating", "verifying", "rolling_back")
+RUNNABLE = fsm.RUNNABLE
 # ... and where a coroutine that waits for its machine's boot goes on too
-_RUNNABLE_OR_WAITING = RUNNABLE + ("awaiting_boot",)
-# Ends whose slot the same coroutine fills at once with the next queued machine. A
-# machine that failed gives its slot back to the scheduler instead, which
-# looks at the failure budget before it starts another.
-_REFILLING = ("done", "valid", "skipped")
-# Where a machine is back at rest when it gets there.
-_AT_REST = ("rolled_back", "skipped", "cancelled")
-_FINISHED = ("done", "rollback_failed", "valid", "invalid") + _AT_REST
+_RUNNABLE_OR_WAITING = fsm.IN_FLIGHT
+# A machine that failed gives its slot back to the scheduler instead of
+# refilling it, which looks at the failure budget before it starts another.
+_REFILLING = fsm.REFILLING
+_AT_REST = fsm.AT_REST
+_FINISHED = fsm.FINISHED
 
 
 @dataclasses.dataclass
@@ -193,6 +190,9 @@ class Transition:
     activated_at: object = None
     reserve: bool = False
     start: str | None = None
+
+    def __post_init__(self):
+        fsm.check(self.old, self.new)
 
 
 @dataclasses.dataclass
