@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -100,17 +101,24 @@ def test_readme_first_flow_works_as_written(tmp_path):
            if not k.startswith(("METALBOOT_", "XDG_", "OS_"))}
     env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
     started = time.monotonic()
-    proc = subprocess.run(["unshare", "--net", "bash", str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    # a process group of its own: on a timeout the server goes with the script
+    proc = subprocess.Popen(["unshare", "--net", "bash", str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
     elapsed = time.monotonic() - started
     log = (home / "server.log").read_text() if (home / "server.log").exists() else ""
-    report = f"{proc.stdout}\n{proc.stderr}\n--- server log:\n{log[-4000:]}"
+    report = f"{stdout}\n{stderr}\n--- server log:\n{log[-4000:]}"
     assert proc.returncode == 0, report
-    assert "Traceback" not in proc.stdout + proc.stderr + log, report
+    assert "Traceback" not in stdout + stderr + log, report
 
     # the CLI's watch saw the migration finish with its machine done
-    assert re.search(r"migration \S+ done: done 1", proc.stdout), report
-    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert re.search(r"migration \S+ done: done 1", stdout), report
+    result = json.loads(stdout.split("RESULT ", 1)[1])
     for machine_id in MACHINES:
         machine = result["machines"][machine_id]
         assert (machine["boot_interface"], machine["state"]) == ("fake-alt", "ready"), machine
@@ -118,5 +126,5 @@ def test_readme_first_flow_works_as_written(tmp_path):
         assert ("fake-alt", "fetch", "boot.ipxe") in kinds, result["evidence"]
     assert [m["state"] for m in result["migrations"]] == ["done", "done"], result["migrations"]
     # the README's evidence command printed the proof
-    assert '"interface":"fake-alt","kind":"fetch","path":"boot.ipxe"' in proc.stdout, report
+    assert '"interface":"fake-alt","kind":"fetch","path":"boot.ipxe"' in stdout, report
     assert elapsed < 60, f"the first flow took {elapsed:.0f} s"
