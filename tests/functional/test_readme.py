@@ -28,7 +28,6 @@ START = INSTALL + "metalboot-server"
 FLOW = "A first migration, without hardware"
 MACHINES = ("4c4c4544-0000-1000-8000-000000000001", "4c4c4544-0000-1000-8000-000000000002")
 
-pytestmark = pytest.mark.functional
 
 
 def section(text, title):
@@ -88,6 +87,16 @@ def flow_script(text):
     return "\n".join(lines) + "\n"
 
 
+def test_readme_links_every_documentation_page_and_nothing_missing():
+    text = README.read_text()
+    root = README.parent
+    targets = set(re.findall(r"\]\(([^)#]+)\)", text))
+    assert not [t for t in targets if not (root / t).exists()], targets
+    pages = {str(p.relative_to(root)) for p in (root / "doc").rglob("*.rst")}
+    assert not sorted(pages - targets - {"doc/index.rst"}), "pages the README does not link"
+
+
+@pytest.mark.functional
 def test_readme_first_flow_works_as_written(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root for a network namespace of its own (CI runs as root)")
