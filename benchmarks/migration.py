@@ -48,10 +48,9 @@ class ConsoleTail:
     measures is metalboot's overhead, not the simulator's: an event loop in a
     thread of its own reads the file every millisecond and fetches each
     machine's URL over one of its kept-alive connections, at most ``workers``
-    at a time (each fetch waits for its evidence to be committed). Before
-    session 12 a thread polled the file every 10 ms and handed each line to a
-    pool of 500 threads (http.client): the lines waited 8 ms for the poll and
-    13 ms for a thread that had to get this process's GIL first.
+    at a time (each fetch waits for its evidence to be committed). A slower
+    poll, or a pool of threads that must each get this process's GIL, would
+    make every boot late by more than metalboot's own overhead.
     """
 
     POLL = 0.001  # seconds between reads of the file when nothing is new

@@ -55,7 +55,7 @@ def run_scale(quick=False, names=None):
 
 
 def run_migration(quick=False):
-    """Issue #3: conductor CPU per machine, and wall time with 200 ms BMC calls."""
+    """Conductor CPU per machine, and wall time with 200 ms BMC calls."""
     if quick:
         migration.run(count=200, max_parallel=50)
     else:

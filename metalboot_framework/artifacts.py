@@ -284,9 +284,9 @@ def insert_evidence(conn, rows, with_ids=False):
 
 def _insert_evidence_sqlite(conn, rows):
     """A boot storm's evidence as multi-row INSERTs through the driver
-    (:func:`driver_insert.insert_rows`): a batch of 150 rows took 12 ms
-    instead of 2 as an executemany, in a boot server whose event loop wants
-    the GIL back at every step."""
+    (:func:`driver_insert.insert_rows`): an executemany steps SQLite once per
+    row and gives up the GIL at every step, which the boot server's event loop
+    then takes, so each row of a batch would wait for it."""
     sql, binders = driver_insert.statement(_EVIDENCE, EVIDENCE_COLUMNS, conn.dialect)
     # a batch's rows mostly share their time and their data (None): each such
     # value is processed once

@@ -198,8 +198,8 @@ class QueuedHandler(logging.handlers.QueueHandler):
     A conductor's hundreds of workers log a line per step. Written by each
     worker, a line holds the handler's lock across the write, and a worker
     that waits there for the GIL meanwhile makes all the others queue behind
-    the lock: a step's line took 12-22 ms. Handed over, it takes the time of
-    a queue's put. No lock is taken: the queue is thread-safe."""
+    the lock. Handed over, a line costs the worker a queue's put. No lock is
+    taken: the queue is thread-safe."""
 
     def __init__(self, records):
         super().__init__(records)

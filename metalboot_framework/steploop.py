@@ -25,10 +25,8 @@ LOG = logging.getLogger(__name__)
 
 
 def new_event_loop():
-    """uvloop's loop where it is installed (libuv's timers and hand-overs: in the
-    migration benchmark a second less of the conductor's CPU per 10,000
-    machines, and 1.27x-1.32x against 1.33x-1.39x of the ideal wall time in
-    alternating runs), else asyncio's."""
+    """uvloop's loop where it is installed (libuv's timers and hand-overs cost
+    the conductor less CPU than asyncio's loop), else asyncio's."""
     try:
         import uvloop
     except ImportError:

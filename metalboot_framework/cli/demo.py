@@ -374,15 +374,15 @@ def group(count, exit_after, interface, ipxe_efi, port, state_dir, timeout):
     Starts a sushy-tools Redfish emulator and a metalboot-server on 127.0.0.1,
     registers one machine per emulated system, migrates them with simulated
     boots while showing progress, then prints where to look and keeps running
-    until Ctrl-C (or stops at once with --exit). Exit 0 when every machine
-    migrated, 1 otherwise.
+    until Ctrl-C (with --exit it stops at once, and prints no URLs that would
+    lead nowhere). Exit 0 when every machine migrated, 1 otherwise.
     """
     import importlib.util
     if sys.platform != "linux":
         raise CliError("the demo runs on Linux only")
     have_emulator = importlib.util.find_spec("sushy_tools") is not None
     why_not = redfish_prerequisites(ipxe_efi) if have_emulator else \
-        "sushy-tools is not installed (pip install 'metalboot[demo]')"
+        "sushy-tools is not installed (pip install '.[demo]' in metalboot's source directory)"
     if interface == "redfish" and why_not:
         raise CliError(f"cannot run the Redfish demo: {why_not}")
     use_redfish = interface != "fake" and why_not is None
@@ -481,11 +481,16 @@ def group(count, exit_after, interface, ipxe_efi, port, state_dir, timeout):
             for line in (simulated.log.get(m["machine_id"], []) if simulated else []):
                 _say(f"          {line}")
         cli_ini = _write_cli_config(workdir, url, token_file)
-        _print_where(url, token_file, cli_ini, emulator_url, ids[0], migration["id"], target,
-                     use_redfish, why_not)
         if exit_after:
+            # the servers stop now: their URLs would lead nowhere
+            _say("\n--exit: the BMC emulator and the server stop now. Run 'metalboot demo' "
+                 "without --exit to keep them running and look at the API, the dashboard "
+                 "and the CLI."
+                 + (f" Logs and state stay in {workdir}." if state_dir else ""))
             return_code = code
         else:
+            _print_where(url, token_file, cli_ini, emulator_url, ids[0], migration["id"],
+                         target, use_redfish, why_not)
             _say("\nmetalboot demo keeps running; press Ctrl-C to stop it and clean up.")
             while all(proc.poll() is None for _, proc, _ in children.procs):
                 time.sleep(0.5)

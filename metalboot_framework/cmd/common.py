@@ -62,8 +62,8 @@ def setup_logging(debug=False, log_format=None, queued=False):
     if log_format is None:
         log_format = getattr(CONF, "log_format", None) or "text"
     # Neither format shows where a line was logged from: skip the stack walk
-    # that finds it (the Logging HOWTO's "Optimization"; 17 -> 10 us a line, and
-    # a conductor logs a line per machine and step)
+    # that finds it (the Logging HOWTO's "Optimization"): a conductor logs a
+    # line per machine and step
     logging._srcfile = None
     logging.logProcesses = logging.logMultiprocessing = False
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format=LOG_FORMAT,

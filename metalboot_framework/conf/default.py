@@ -15,7 +15,9 @@ def _default_state_path():
 
 
 opts = [
-    cfg.ListOpt("enabled_boot_interfaces", default=["fake"],
+    # Two simulated paths by default, so that a fresh server can show a whole
+    # migration (fake -> fake-alt) before any hardware is configured.
+    cfg.ListOpt("enabled_boot_interfaces", default=["fake", "fake-alt"],
                 help="Boot interfaces this deployment offers, by entry-point name in "
                      "the metalboot.boot_interfaces namespace. The server refuses "
                      "to start when one of them is not installed or fails to load."),

@@ -1,9 +1,9 @@
 """Reads of many rows as one row on SQLite, for threads that share the GIL with hundreds.
 
 SQLite's driver lets go of the GIL for every row it steps through and must
-take it back before the next: in a conductor with 500 workers that is a wait
-in the GIL's queue per row (a read of 200 rows took 1.2 s instead of 0.07 s
-in a process of 300 busy threads, against 0.2 ms in a quiet one). The
+take it back before the next: in a conductor with hundreds of busy threads
+that is a wait in the GIL's queue per row, so a read of a few hundred rows
+waits behind them a few hundred times. The
 conductor's hot reads therefore ask SQLite for their rows packed into one JSON
 array (``json_group_array``: a single step) and unpack them here, each value
 through its column's own result processor: the same values SQLAlchemy's

@@ -76,3 +76,13 @@ def test_generated_admin_token_when_none_configured(conf, tmp_path):
         .status_code == 200
     # a second start reuses it
     assert Services.from_conf(conf).api_tokens()[0] == [token]
+
+
+def test_server_root_names_the_dashboard_and_the_api(app):
+    """A person opening the server's address is led to the dashboard and /v1,
+    without a token."""
+    r = app.test_client().get("/")
+    assert r.status_code == 200
+    assert r.mimetype == "text/html"
+    assert 'href="/dashboard"' in r.text and 'href="/v1"' in r.text
+    assert r.headers["Content-Security-Policy"] == "default-src 'none'"

@@ -4,6 +4,7 @@ and the progress display."""
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 from metalboot_framework.cli.migrations import Display
 from tests.functional.cli.conftest import assert_one_line_error, free_port
@@ -144,3 +145,24 @@ def test_import_file_not_utf8_is_a_usage_error_naming_it(run, tmp_path):
     path.write_bytes(b"\xff\xfe[{}]")
     r = run("machines", "import", path, url="http://127.0.0.1:9", token="x")
     assert_one_line_error(r, 2, str(path), "not UTF-8")
+
+
+def test_demo_without_sushy_tools_says_how_to_install_it_from_a_checkout(tmp_path):
+    """The package is installed from its source directory, not from an index: the
+    hint must be one that works there."""
+    run_without_sushy = ("import sys; sys.modules['sushy_tools'] = None; "
+                         "from metalboot_framework.cli import main; "
+                         "sys.argv[0] = 'metalboot'; main()")
+    r = subprocess.run([sys.executable, "-c", run_without_sushy, "demo", "--interface",
+                        "redfish", "--state-dir", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "sushy-tools is not installed (pip install '.[demo]'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_docs_name_the_demo_extra_as_it_installs_from_a_checkout():
+    root = Path(__file__).parents[3]
+    docs = [root / "README.md", *sorted((root / "doc").rglob("*.rst"))]
+    assert not [d.name for d in docs if "metalboot[demo]" in d.read_text()]
+    assert "pip install '.[demo]'" in (root / "README.md").read_text()

@@ -24,6 +24,19 @@ def test_dashboard_files_are_served(observed):
     assert 'id="login"' in page.text and "/v1/" not in page.text
 
 
+@pytest.mark.functional
+def test_login_form_says_where_to_get_a_token(observed, chromium):
+    """Without a token the page shows the login form, and the form tells a person
+    where a token comes from and that a link can carry one."""
+    dom = chromium(f"{observed.server.url}/dashboard", "--dump-dom")
+    login = re.search(r'<section id="login"([^>]*)>(.*?)</section>', dom, re.S)
+    assert login and "hidden" not in login.group(1), dom[-2000:]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", login.group(2))).split())
+    assert "~/.local/state/metalboot/admin-token" in text
+    assert "[api] reader_tokens" in text
+    assert "/dashboard?token=<token>" in text
+
+
 def pixel_stats(read_png, path):
     width, height, channels, rows = read_png(path)
     grey = []

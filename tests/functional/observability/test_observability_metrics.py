@@ -1,7 +1,13 @@
 """GET /metrics of a real server after a migration run, parsed as Prometheus text."""
 
+import re
+from pathlib import Path
+
 import pytest
 import requests
+import yaml
+from prometheus_client.openmetrics.parser import \
+    text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from metalboot_framework import metrics
@@ -177,3 +183,57 @@ def test_dhcp_backend_calls_are_timed_and_errors_counted(conf):
         assert loader.get_backend("dnsmasq", conf)._metalboot_instrumented
     finally:
         loader.clear_cache()
+
+
+# What Prometheus 3 and 2 send with their default scrape protocols
+# (scrape.acceptHeader in prometheus/prometheus).
+PROMETHEUS_ACCEPT = {
+    "3": "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+         "application/openmetrics-text;version=0.0.1;q=0.4,"
+         "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+         "text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
+    "2": "application/openmetrics-text;version=1.0.0,"
+         "application/openmetrics-text;version=0.0.1;q=0.75,"
+         "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+}
+
+
+def readme_scrape_config():
+    """The Prometheus scrape job the README tells an operator to use."""
+    text = (Path(__file__).parents[3] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "scrape_configs" in b]
+    assert len(blocks) == 1, "the README shows one Prometheus scrape configuration"
+    return yaml.safe_load(blocks[0])["scrape_configs"][0]
+
+
+@pytest.mark.functional
+@pytest.mark.parametrize("version", sorted(PROMETHEUS_ACCEPT))
+def test_prometheus_scrapes_with_the_readme_configuration(observed, tmp_path, version):
+    """Scrape as Prometheus does with the README's job: the bearer token read from
+    its credentials file, Prometheus' Accept header, its answer parsed by the
+    parser of the content type it came back with."""
+    job = readme_scrape_config()
+    assert job["authorization"].get("type", "Bearer") == "Bearer"
+    credentials = tmp_path / "metalboot-reader-token"
+    credentials.write_text(READER + "\n")  # as an operator writes it: with a newline
+    token = credentials.read_text().strip()  # Prometheus trims the file's whitespace
+    r = requests.get(observed.server.url + job.get("metrics_path", "/metrics"), timeout=10,
+                     headers={"Authorization": f"Bearer {token}",
+                              "Accept": PROMETHEUS_ACCEPT[version],
+                              "Accept-Encoding": "gzip",
+                              "User-Agent": f"Prometheus/{version}.0.0",
+                              "X-Prometheus-Scrape-Timeout-Seconds": "10"})
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+    families = {f.name: f for f in openmetrics_families(r.text)}
+    migrations = {s.labels["state"]: s.value for s in families["metalboot_migrations"].samples}
+    assert migrations["done"] == 1, migrations
+    moved = [s.value for s in families["metalboot_machines"].samples
+             if s.labels == {"boot_interface": "fake-alt", "state": "ready"}]
+    assert moved == [5], families["metalboot_machines"].samples
+    # a scraper that accepts only the classic text format gets that
+    r = requests.get(observed.server.url + "/metrics", timeout=10,
+                     headers={"Authorization": f"Bearer {token}",
+                              "Accept": "text/plain;version=0.0.4"})
+    assert r.headers["Content-Type"].startswith("text/plain")
+    assert any(f.name == "metalboot_migrations" for f in text_string_to_metric_families(r.text))
