@@ -76,6 +76,18 @@ def one_ipxe_command(value):
                               "allowed: iPXE would end the kernel command there.")
 
 
+class FullMatch(validate.Regexp):
+    """:class:`validate.Regexp` over the whole value. ``Regexp`` uses
+    ``re.match``, whose ``$`` also matches before a final newline: "p1\\n" would
+    pass ``^...$``. The pattern stays as written for the OpenAPI document
+    (where ``$`` ends the value)."""
+
+    def __call__(self, value):
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value
+
+
 class MacAddress(fields.String):
     """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
 
@@ -84,7 +96,7 @@ class MacAddress(fields.String):
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
-        if not MAC_RE.match(value):
+        if not MAC_RE.fullmatch(value):
             raise self.make_error("invalid_mac")
         mac = value.lower().replace("-", ":")
         first = int(mac[:2], 16)
@@ -100,8 +112,8 @@ class Duid(fields.String):
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
-        if not DUID_RE.match(value) or (":" in value and not re.match(
-                r"^[0-9a-f]{2}(:[0-9a-f]{2})+$", value, re.I)):
+        if not DUID_RE.fullmatch(value) or (":" in value and not re.fullmatch(
+                r"[0-9a-f]{2}(:[0-9a-f]{2})+", value, re.I)):
             raise ValidationError("Not a valid DUID (hex octets, e.g. 00:01:00:01:...).")
         raw = value.replace(":", "").lower()
         octets = [raw[i:i + 2] for i in range(0, len(raw), 2)]
@@ -207,7 +219,7 @@ class BootConfigSchema(StrictSchema):
 
 
 class PartitionCreateSchema(StrictSchema):
-    id = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    id = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema)
     properties = fields.Dict(keys=fields.String())
@@ -279,7 +291,7 @@ def _unique_nics(nics):
 class MachineCreateSchema(StrictSchema):
     id = MachineId(required=True, metadata={"description": "metal-api's machine UUID.",
                                             "format": "uuid"})
-    partition = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcInSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
@@ -293,7 +305,7 @@ class MachineCreateSchema(StrictSchema):
 
 
 class MachinePatchSchema(StrictSchema):
-    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcPatchSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
                        metadata={"description": "Replaces all NICs."})
@@ -480,8 +492,8 @@ class MaxFailures(fields.Field):
             if not 0 <= value <= 10 ** 9:
                 raise ValidationError("Must be between 0 and 1000000000.")
             return {"count": value}
-        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(\.\d+)?%", value.strip()):
-            pct = float(value.strip()[:-1])
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}(\.[0-9]+)?%", value):
+            pct = float(value[:-1])
             if pct > 100:
                 raise ValidationError("A percentage is at most 100%.")
             return {"percent": pct}
@@ -494,7 +506,7 @@ class MaxFailures(fields.Field):
 class SelectorSchema(StrictSchema):
     machines = fields.List(MachineId(), validate=validate.Length(min=1, max=10000),
                            metadata={"description": "Machine ids; or give partition."})
-    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "With partition: only machines now on this boot interface."})
     state = fields.String(validate=validate.OneOf(("ready",)), metadata={

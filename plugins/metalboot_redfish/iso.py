@@ -133,7 +133,7 @@ def cache_dir(conf):
 
 def cached_path(conf, name):
     """Path of a cached ISO named ``name`` if it exists (any configuration)."""
-    if not ISO_NAME_RE.match(name or ""):
+    if not ISO_NAME_RE.fullmatch(name or ""):
         return None
     path = os.path.join(cache_dir(conf), name)
     return path if os.path.isfile(path) else None

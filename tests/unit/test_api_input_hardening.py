@@ -182,3 +182,33 @@ def test_created_resources_are_located(api, partition):
                                          "boot_interface": "fake-alt", "dry_run": True})
     assert r.status_code == 202
     assert api.get(r.headers["Location"]).json["id"] == r.json["id"]
+
+
+@pytest.mark.parametrize("case", ["partition-id", "machine-partition", "machine-patch",
+                                  "selector-partition", "max-failures"])
+def test_a_final_newline_does_not_pass_a_pattern(app, api, partition, case):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    method, url, body, field = {
+        "partition-id": ("post", "/v1/partitions", {"id": "pn\n"}, "id"),
+        "machine-partition": ("post", "/v1/machines", machine_body(2, partition="p1\n"),
+                              "partition"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}", {"partition": "p1\n"}, "partition"),
+        "selector-partition": ("post", "/v1/migrations", {
+            "selector": {"partition": "p1\n"}, "boot_interface": "fake-alt"},
+            "selector.partition"),
+        "max-failures": ("post", "/v1/migrations", {
+            "selector": {"machines": [mid]}, "boot_interface": "fake-alt",
+            "max_failures": "2%\n"}, "max_failures"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.json
+    assert field in r.json["error"]["fields"]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get("/v1/migrations").json["migrations"] == []
+
+
+def test_a_final_newline_makes_no_dnsmasq_file_name():
+    from metalboot_framework.dhcp.dnsmasq import file_key
+    assert file_key("m1") == "m1"
+    assert "\n" not in file_key("m1\n") and file_key("m1\n") != file_key("m1")
