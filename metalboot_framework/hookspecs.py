@@ -68,7 +68,9 @@ def metalboot_veto_machine(machine, migration):
 def metalboot_amend_boot_script(machine, partition, interface, script):
     """Return a changed boot.ipxe text for ``machine``, or ``None`` to keep it.
 
-    Called in registration order with the script as amended so far.
+    Called in registration order with the script as amended so far. Write every
+    value you add through :func:`metalboot_framework.ipxe.quote`, so that it
+    cannot end, add or comment out an iPXE command.
     """
 
 

@@ -13,10 +13,12 @@ import uuid
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from metalboot_framework import ipxe
+
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
+NAME_RE = ipxe.NAME.pattern
+NAME_ERROR = ipxe.NAME.error
 
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance", "enrolling")
@@ -52,28 +54,9 @@ class JsonBoolean(fields.Boolean):
         return value
 
 
-# Characters that end or split a line of an iPXE script (or of a log).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _one_word(text):
     """Whether ``text`` holds no white space or other unprintable character."""
     return all(c.isprintable() and not c.isspace() for c in text)
-
-
-def no_control_characters(value):
-    if _CONTROL.search(value):
-        raise ValidationError("Control characters (line breaks, tabs...) are not allowed.")
-
-
-def one_ipxe_command(value):
-    """Words that go onto the ``kernel`` line of boot.ipxe: iPXE ends a command
-    at a word ``||``, ``&&`` or ``;`` (and runs what follows as a command of its
-    own) and at a word that begins with ``#`` (the rest, the machine's token
-    among it, would be a comment)."""
-    if any(word in ("||", "&&", ";") or word.startswith("#") for word in value.split()):
-        raise ValidationError("The words ||, && and ; and words beginning with # are not "
-                              "allowed: iPXE would end the kernel command there.")
 
 
 class FullMatch(validate.Regexp):
@@ -86,6 +69,12 @@ class FullMatch(validate.Regexp):
         if self.regex.fullmatch(value) is None:
             raise ValidationError(self._format_error(value))
         return value
+
+
+def grammar(rule):
+    """The validator of an :class:`ipxe.Grammar`: the one rule of a field whose
+    value reaches a boot script or a kernel command line."""
+    return FullMatch(rule.pattern, error=rule.error)
 
 
 class MacAddress(fields.String):
@@ -123,10 +112,13 @@ class Duid(fields.String):
 
 
 class HttpUrl(fields.String):
-    """An absolute http(s) URL."""
+    """An absolute http(s) URL, of the characters :data:`ipxe.URL` allows (it
+    goes into iPXE scripts as one word)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not ipxe.URL.accepts(value):
+            raise ValidationError(ipxe.URL.error)
         try:
             parsed = urllib.parse.urlsplit(value)
             parsed.port  # noqa: B018  (raises on a bad port)
@@ -134,8 +126,6 @@ class HttpUrl(fields.String):
             raise ValidationError(f"Not a valid URL: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid http(s) URL.")
-        if not _one_word(value):  # it goes into iPXE scripts as one word
-            raise ValidationError("A URL contains no white space or control characters.")
         return value
 
 
@@ -206,16 +196,15 @@ class MachineId(fields.String):
 class BootConfigSchema(StrictSchema):
     kernel_url = HttpUrl(allow_none=True, metadata={"description": "Kernel (metal-hammer) URL."})
     initrd_url = HttpUrl(allow_none=True, metadata={"description": "Initrd URL."})
-    cmdline = fields.String(validate=[validate.Length(max=4096), no_control_characters,
-                                      one_ipxe_command],
+    cmdline = fields.String(validate=[validate.Length(max=4096),
+                                      grammar(ipxe.KERNEL_ARGUMENTS)],
                             metadata={"description": "Kernel command line: one line, without "
                                                      "the words ||, && and ; or a word "
                                                      "beginning with #, which would end "
                                                      "iPXE's kernel command."})
     metal_boot_url = HttpUrl(allow_none=True,
                              metadata={"description": "Base URL of metal-boot in the partition."})
-    metal_hammer_version = fields.String(allow_none=True, validate=[
-        validate.Length(max=128), no_control_characters])
+    metal_hammer_version = fields.String(allow_none=True, validate=grammar(ipxe.VERSION))
 
 
 class PartitionCreateSchema(StrictSchema):

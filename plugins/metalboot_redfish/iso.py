@@ -27,6 +27,7 @@ import threading
 import jinja2
 import pycdlib
 
+from metalboot_framework import ipxe
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_redfish import conf as redfish_conf
 
@@ -53,9 +54,8 @@ def _environment(template_dir):
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(template_dir))
-        env = _environments[template_dir] = jinja2.Environment(
-            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+        env = _environments[template_dir] = ipxe.script_environment(
+            jinja2.ChoiceLoader(loaders))
     return env
 
 
