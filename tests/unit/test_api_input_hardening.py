@@ -212,3 +212,41 @@ def test_a_final_newline_makes_no_dnsmasq_file_name():
     from metalboot_framework.dhcp.dnsmasq import file_key
     assert file_key("m1") == "m1"
     assert "\n" not in file_key("m1\n") and file_key("m1\n") != file_key("m1")
+
+
+LONE = "\ud800"
+
+
+@pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-key",
+                                  "bulk", "machine-patch", "migration", "boot-report"])
+def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
+    """JSON's \\u escapes spell half a surrogate pair, which no database
+    stores as text (UTF-8 cannot encode it)."""
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    bulk = [machine_body(2), machine_body(3)]
+    bulk[1]["bmc"]["username"] = "root" + LONE
+    method, url, body, field = {
+        "partition-post": ("post", "/v1/partitions", {"id": "p2", "description": LONE},
+                           "description"),
+        "partition-patch": ("patch", "/v1/partitions/p1", {"properties": {"k": [LONE]}},
+                            "properties.k.0"),
+        "machine-key": ("post", "/v1/machines", machine_body(2, properties={LONE: 1}),
+                        "properties.\\ud800"),
+        "bulk": ("post", "/v1/machines", bulk, "1.bmc.username"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}",
+                          {"bmc": {"password": "x\udfff"}}, "bmc.password"),
+        "migration": ("post", "/v1/migrations", {"selector": {"machines": [mid]},
+                                                 "boot_interface": "fake-alt" + LONE},
+                      "boot_interface"),
+        "boot-report": ("post", f"/v1/machines/{mid}/boot-report",
+                        {"boot_interface": "fake", "message": LONE}, "message"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.get_data(as_text=True)
+    assert list(r.json["error"]["fields"]) == [field]
+    assert "surrogate" in r.json["error"]["fields"][field][0]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get("/v1/partitions/p1").json["properties"] == {}
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get(f"/v1/machines/{mid}/evidence").json["evidence"] == []
+    assert api.get("/v1/migrations").json["migrations"] == []
