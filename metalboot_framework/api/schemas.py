@@ -7,10 +7,12 @@ the served OpenAPI document).
 
 import collections
 import ipaddress
+import json
 import re
 import urllib.parse
 import uuid
 
+from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
 from metalboot_framework import ipxe
@@ -191,6 +193,31 @@ class MachineId(fields.String):
             raise ValidationError("Not a valid UUID.")
 
 
+#: [api] max_properties_size's default, for schemas loaded outside the API.
+DEFAULT_MAX_PROPERTIES_SIZE = 64 * 1024
+
+
+def _max_properties_size():
+    if has_app_context() and "metalboot" in current_app.extensions:
+        return current_app.extensions["metalboot"].conf.api.max_properties_size
+    return DEFAULT_MAX_PROPERTIES_SIZE
+
+
+class Properties(fields.Dict):
+    """A free-form object of at most ``[api] max_properties_size`` bytes as
+    compact UTF-8 JSON: it is stored, and served back with every list."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        limit = _max_properties_size()
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+                   .encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise ValidationError(f"At most {limit} bytes as compact JSON "
+                                  f"([api] max_properties_size); this is {size}.")
+        return value
+
+
 # -- partitions ---------------------------------------------------------------
 
 class BootConfigSchema(StrictSchema):
@@ -211,14 +238,14 @@ class PartitionCreateSchema(StrictSchema):
     id = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema)
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
 
 class PartitionPatchSchema(StrictSchema):
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema, metadata={
         "description": "Fields given replace those stored; others stay."})
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
 
 class PartitionSchema(Schema):
@@ -286,7 +313,7 @@ class MachineCreateSchema(StrictSchema):
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "Defaults to [DEFAULT] default_boot_interface."})
     boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
     @validates_schema
     def _check(self, data, **kwargs):
@@ -305,7 +332,7 @@ class MachinePatchSchema(StrictSchema):
                        "setting ready clears error (a machine whose boot interface is "
                        "not prepared yet becomes enrolling); enrolling asks the "
                        "conductor to prepare its boot interface again."})
-    properties = fields.Dict(keys=fields.String(), metadata={"description": "Replaces all."})
+    properties = Properties(keys=fields.String(), metadata={"description": "Replaces all."})
 
     @validates_schema
     def _check(self, data, **kwargs):

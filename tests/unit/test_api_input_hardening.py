@@ -250,3 +250,38 @@ def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
     assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
     assert api.get(f"/v1/machines/{mid}/evidence").json["evidence"] == []
     assert api.get("/v1/migrations").json["migrations"] == []
+
+
+@pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-post",
+                                  "bulk", "machine-patch"])
+def test_properties_beyond_the_size_limit_are_422(app, api, partition, case):
+    big = {"blob": "x" * 10 * 1024 * 1024}  # 10 MiB: it would be served with every list
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    method, url, body, field = {
+        "partition-post": ("post", "/v1/partitions", {"id": "p2", "properties": big},
+                           "properties"),
+        "partition-patch": ("patch", "/v1/partitions/p1", {"properties": big}, "properties"),
+        "machine-post": ("post", "/v1/machines", machine_body(2, properties=big),
+                         "properties"),
+        "bulk": ("post", "/v1/machines", [machine_body(2), machine_body(3, properties=big)],
+                 "1.properties"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}", {"properties": big}, "properties"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.get_data(as_text=True)[:300]
+    assert list(r.json["error"]["fields"]) == [field]
+    assert "max_properties_size" in r.json["error"]["fields"][field][0]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get("/v1/partitions/p1").json["properties"] == {}
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get(f"/v1/machines/{mid}").json["properties"] == {}
+
+
+def test_the_properties_size_limit_is_configurable(conf, app, api, partition):
+    conf.set_override("max_properties_size", 2048, group="api")
+    at_limit = {"k": "x" * (2048 - len('{"k":""}'))}
+    assert api.patch("/v1/partitions/p1", json={"properties": at_limit}).status_code == 200
+    at_limit["k"] += "é"  # two bytes in UTF-8
+    r = api.patch("/v1/partitions/p1", json={"properties": at_limit})
+    assert r.status_code == 422 and list(r.json["error"]["fields"]) == ["properties"]
+    assert "At most 2048 bytes" in r.json["error"]["message"]
