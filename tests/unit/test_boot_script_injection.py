@@ -219,7 +219,8 @@ def test_the_reported_injections_are_refused(api, partition, version):
     assert api.get("/v1/partitions/p1").json["boot"]["metal_hammer_version"] == "v0.13.0"
 
 
-@pytest.mark.parametrize("version", INJECTIONS)
+# (PostgreSQL stores no NUL: test_values_no_grammar_checked_are_quoted renders those.)
+@pytest.mark.parametrize("version", [v for v in INJECTIONS if "\x00" not in v])
 def test_a_stored_injection_is_quoted(app, api, services, partition, version):
     """A value stored before the grammar existed runs no command of its own."""
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
