@@ -78,6 +78,8 @@ def metalboot_amend_boot_script(machine, partition, interface, script):
     ignored with a warning). Implementations are called in pluggy's order, so
     ``tryfirst``/``trylast`` choose who amends first and last, and a
     ``wrapper=True`` implementation sees the text before and after the others.
+    Write every value you add through :func:`metalboot_framework.ipxe.quote`,
+    so that it cannot end, add or comment out an iPXE command.
     """
 
 

@@ -10,6 +10,7 @@ import jinja2
 import sqlalchemy
 
 from metalboot_framework import hooks as hooks_mod
+from metalboot_framework import ipxe
 from metalboot_framework import loader
 from metalboot_framework.announcer import Announcer
 from metalboot_framework.exceptions import NotFound
@@ -135,9 +136,7 @@ class Services:
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if conf.artifacts.template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(conf.artifacts.template_dir))
-        self.templates = jinja2.Environment(
-            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+        self.templates = ipxe.script_environment(jinja2.ChoiceLoader(loaders))
 
     @classmethod
     def from_conf(cls, conf, upgrade=None):

@@ -34,7 +34,7 @@ def create_app(services, extra_blueprints=()):
     @app.before_request
     def _request_id():
         given = request.headers.get("X-Request-Id", "")
-        g.request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+        g.request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
         logs.set_request_id(g.request_id)  # on every log line of this request
         if "\x00" in request.path:
             # no resource has a NUL in its name (and PostgreSQL cannot look one up)

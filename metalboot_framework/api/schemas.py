@@ -7,18 +7,21 @@ the served OpenAPI document).
 
 import collections
 import ipaddress
+import json
 import re
 import urllib.parse
 import uuid
 
+from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from metalboot_framework import ipxe
 from metalboot_framework.conductor import fsm
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-NAME_ERROR = "Must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit."
+NAME_RE = ipxe.NAME.pattern
+NAME_ERROR = ipxe.NAME.error
 
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance", "enrolling")
@@ -54,28 +57,27 @@ class JsonBoolean(fields.Boolean):
         return value
 
 
-# Characters that end or split a line of an iPXE script (or of a log).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def _one_word(text):
     """Whether ``text`` holds no white space or other unprintable character."""
     return all(c.isprintable() and not c.isspace() for c in text)
 
 
-def no_control_characters(value):
-    if _CONTROL.search(value):
-        raise ValidationError("Control characters (line breaks, tabs...) are not allowed.")
+class FullMatch(validate.Regexp):
+    """:class:`validate.Regexp` over the whole value. ``Regexp`` uses
+    ``re.match``, whose ``$`` also matches before a final newline: "p1\\n" would
+    pass ``^...$``. The pattern stays as written for the OpenAPI document
+    (where ``$`` ends the value)."""
+
+    def __call__(self, value):
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value
 
 
-def one_ipxe_command(value):
-    """Words that go onto the ``kernel`` line of boot.ipxe: iPXE ends a command
-    at a word ``||``, ``&&`` or ``;`` (and runs what follows as a command of its
-    own) and at a word that begins with ``#`` (the rest, the machine's token
-    among it, would be a comment)."""
-    if any(word in ("||", "&&", ";") or word.startswith("#") for word in value.split()):
-        raise ValidationError("The words ||, && and ; and words beginning with # are not "
-                              "allowed: iPXE would end the kernel command there.")
+def grammar(rule):
+    """The validator of an :class:`ipxe.Grammar`: the one rule of a field whose
+    value reaches a boot script or a kernel command line."""
+    return FullMatch(rule.pattern, error=rule.error)
 
 
 class MacAddress(fields.String):
@@ -86,7 +88,7 @@ class MacAddress(fields.String):
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
-        if not MAC_RE.match(value):
+        if not MAC_RE.fullmatch(value):
             raise self.make_error("invalid_mac")
         mac = value.lower().replace("-", ":")
         first = int(mac[:2], 16)
@@ -102,8 +104,8 @@ class Duid(fields.String):
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
-        if not DUID_RE.match(value) or (":" in value and not re.match(
-                r"^[0-9a-f]{2}(:[0-9a-f]{2})+$", value, re.I)):
+        if not DUID_RE.fullmatch(value) or (":" in value and not re.fullmatch(
+                r"[0-9a-f]{2}(:[0-9a-f]{2})+", value, re.I)):
             raise ValidationError("Not a valid DUID (hex octets, e.g. 00:01:00:01:...).")
         raw = value.replace(":", "").lower()
         octets = [raw[i:i + 2] for i in range(0, len(raw), 2)]
@@ -113,10 +115,13 @@ class Duid(fields.String):
 
 
 class HttpUrl(fields.String):
-    """An absolute http(s) URL."""
+    """An absolute http(s) URL, of the characters :data:`ipxe.URL` allows (it
+    goes into iPXE scripts as one word)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
+        if not ipxe.URL.accepts(value):
+            raise ValidationError(ipxe.URL.error)
         try:
             parsed = urllib.parse.urlsplit(value)
             parsed.port  # noqa: B018  (raises on a bad port)
@@ -124,8 +129,6 @@ class HttpUrl(fields.String):
             raise ValidationError(f"Not a valid URL: {exc}.")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValidationError("Not a valid http(s) URL.")
-        if not _one_word(value):  # it goes into iPXE scripts as one word
-            raise ValidationError("A URL contains no white space or control characters.")
         return value
 
 
@@ -191,35 +194,59 @@ class MachineId(fields.String):
             raise ValidationError("Not a valid UUID.")
 
 
+#: [api] max_properties_size's default, for schemas loaded outside the API.
+DEFAULT_MAX_PROPERTIES_SIZE = 64 * 1024
+
+
+def _max_properties_size():
+    if has_app_context() and "metalboot" in current_app.extensions:
+        return current_app.extensions["metalboot"].conf.api.max_properties_size
+    return DEFAULT_MAX_PROPERTIES_SIZE
+
+
+class Properties(fields.Dict):
+    """A free-form object of at most ``[api] max_properties_size`` bytes as
+    compact UTF-8 JSON: it is stored, and served back with every list."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        value = super()._deserialize(value, attr, data, **kwargs)
+        limit = _max_properties_size()
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+                   .encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise ValidationError(f"At most {limit} bytes as compact JSON "
+                                  f"([api] max_properties_size); this is {size}.")
+        return value
+
+
 # -- partitions ---------------------------------------------------------------
 
 class BootConfigSchema(StrictSchema):
     kernel_url = HttpUrl(allow_none=True, metadata={"description": "Kernel (metal-hammer) URL."})
     initrd_url = HttpUrl(allow_none=True, metadata={"description": "Initrd URL."})
-    cmdline = fields.String(validate=[validate.Length(max=4096), no_control_characters,
-                                      one_ipxe_command],
+    cmdline = fields.String(validate=[validate.Length(max=4096),
+                                      grammar(ipxe.KERNEL_ARGUMENTS)],
                             metadata={"description": "Kernel command line: one line, without "
                                                      "the words ||, && and ; or a word "
                                                      "beginning with #, which would end "
                                                      "iPXE's kernel command."})
     metal_boot_url = HttpUrl(allow_none=True,
                              metadata={"description": "Base URL of metal-boot in the partition."})
-    metal_hammer_version = fields.String(allow_none=True, validate=[
-        validate.Length(max=128), no_control_characters])
+    metal_hammer_version = fields.String(allow_none=True, validate=grammar(ipxe.VERSION))
 
 
 class PartitionCreateSchema(StrictSchema):
-    id = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    id = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema)
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
 
 class PartitionPatchSchema(StrictSchema):
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema, metadata={
         "description": "Fields given replace those stored; others stay."})
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
 
 class PartitionSchema(Schema):
@@ -281,13 +308,13 @@ def _unique_nics(nics):
 class MachineCreateSchema(StrictSchema):
     id = MachineId(required=True, metadata={"description": "metal-api's machine UUID.",
                                             "format": "uuid"})
-    partition = fields.String(required=True, validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcInSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "Defaults to [DEFAULT] default_boot_interface."})
     boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
-    properties = fields.Dict(keys=fields.String())
+    properties = Properties(keys=fields.String())
 
     @validates_schema
     def _check(self, data, **kwargs):
@@ -295,7 +322,7 @@ class MachineCreateSchema(StrictSchema):
 
 
 class MachinePatchSchema(StrictSchema):
-    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcPatchSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
                        metadata={"description": "Replaces all NICs."})
@@ -306,7 +333,7 @@ class MachinePatchSchema(StrictSchema):
                        "setting ready clears error (a machine whose boot interface is "
                        "not prepared yet becomes enrolling); enrolling asks the "
                        "conductor to prepare its boot interface again."})
-    properties = fields.Dict(keys=fields.String(), metadata={"description": "Replaces all."})
+    properties = Properties(keys=fields.String(), metadata={"description": "Replaces all."})
 
     @validates_schema
     def _check(self, data, **kwargs):
@@ -480,8 +507,8 @@ class MaxFailures(fields.Field):
             if not 0 <= value <= 10 ** 9:
                 raise ValidationError("Must be between 0 and 1000000000.")
             return {"count": value}
-        if isinstance(value, str) and re.fullmatch(r"\d{1,3}(\.\d+)?%", value.strip()):
-            pct = float(value.strip()[:-1])
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}(\.[0-9]+)?%", value):
+            pct = float(value[:-1])
             if pct > 100:
                 raise ValidationError("A percentage is at most 100%.")
             return {"percent": pct}
@@ -494,7 +521,7 @@ class MaxFailures(fields.Field):
 class SelectorSchema(StrictSchema):
     machines = fields.List(MachineId(), validate=validate.Length(min=1, max=10000),
                            metadata={"description": "Machine ids; or give partition."})
-    partition = fields.String(validate=validate.Regexp(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "With partition: only machines now on this boot interface."})
     state = fields.String(validate=validate.OneOf(("ready",)), metadata={

@@ -77,12 +77,32 @@ def _load(schema, data, location, many=False):
 MAX_JSON_DEPTH = 32
 
 
-def _nul_field(value, path="", depth=0):
-    """The path of the first string holding a NUL character (no database stores
-    one). The same walk measures the nesting: BadRequest past
-    :data:`MAX_JSON_DEPTH` levels of arrays and objects."""
+_NUL = "NUL characters are not allowed."
+_SURROGATE = ("Lone surrogates (\\ud800-\\udfff outside a pair) are not allowed: "
+              "they are not Unicode text.")
+
+
+def _text_problem(text):
+    """Why no database can store ``text`` (None: it can). JSON's \\u escapes
+    can spell a NUL and half a UTF-16 surrogate pair, which Python reads into
+    a str that cannot be encoded as UTF-8."""
+    if "\x00" in text:
+        return _NUL
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return _SURROGATE
+    return None
+
+
+def _bad_text(value, path="", depth=0):
+    """(path, why) of the first string (value or object key) that no database
+    stores (see :func:`_text_problem`), or None. The same walk measures the
+    nesting: BadRequest past :data:`MAX_JSON_DEPTH` levels of arrays and objects."""
     if isinstance(value, str):
-        return path or "_schema" if "\x00" in value else None
+        problem = _text_problem(value)
+        return (path or "_schema", problem) if problem else None
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -92,19 +112,22 @@ def _nul_field(value, path="", depth=0):
     if depth == MAX_JSON_DEPTH:
         raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     for key, item in items:
-        if isinstance(key, str) and "\x00" in key:
-            return f"{path}.{key}" if path else key
-        found = _nul_field(item, f"{path}.{key}" if path else str(key), depth + 1)
+        name = f"{path}.{key}" if path else str(key)
+        problem = _text_problem(key) if isinstance(key, str) else None
+        if problem:
+            return name.encode("utf-8", "backslashreplace").decode("ascii"), problem
+        found = _bad_text(item, name, depth + 1)
         if found:
             return found
     return None
 
 
-def reject_nul(data):
-    field = _nul_field(data)
-    if field:
-        raise InvalidInput(f"{field}: NUL characters are not allowed",
-                           fields={field: ["NUL characters are not allowed."]})
+def reject_bad_text(data):
+    """InvalidInput naming the first field whose text no database stores."""
+    found = _bad_text(data)
+    if found:
+        field, problem = found
+        raise InvalidInput(f"{field}: {problem}", fields={field: [problem]})
 
 
 class _NotFinite(ValueError):
@@ -126,7 +149,8 @@ def _finite(text):
 def parse_json(raw):
     """A request body (bytes) as JSON: BadRequest if it is not JSON, holds
     NaN or Infinity (which no strict parser reads back), or nests deeper than
-    :data:`MAX_JSON_DEPTH`; InvalidInput naming the field of a NUL character."""
+    :data:`MAX_JSON_DEPTH`; InvalidInput naming the field of a NUL character
+    or a lone surrogate."""
     try:
         data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
@@ -137,7 +161,7 @@ def parse_json(raw):
         raise BadRequest("the body is not valid JSON")
     if data is None:
         raise BadRequest("the body is JSON null")
-    reject_nul(data)
+    reject_bad_text(data)
     return data
 
 
@@ -180,7 +204,7 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
                         kwargs["many"] = False
             if query is not None:
                 params = request.args.to_dict()
-                reject_nul(params)
+                reject_bad_text(params)
                 kwargs["query"] = _load(query(), params, "query")
             elif request.args:
                 unknown = sorted(request.args)

@@ -708,7 +708,7 @@ class BootServer:
     # -- answers ---------------------------------------------------------------------
     def _request_id(self, request):
         given = request.headers.get("x-request-id")
-        if given and _REQUEST_ID.match(given):
+        if given and _REQUEST_ID.fullmatch(given):
             return given
         # unique like the API's random ids, without a system call per request
         return f"{self._id_prefix}{next(self._ids) & 0xFFFFFFFF:08x}"

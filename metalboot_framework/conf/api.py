@@ -20,6 +20,10 @@ opts = [
                 help="Bearer tokens allowed to read only."),
     cfg.IntOpt("max_request_body_size", default=16 * 1024 * 1024, min=1024,
                 help="Largest accepted request body in bytes; larger ones get 413."),
+    cfg.IntOpt("max_properties_size", default=64 * 1024, min=1024,
+               help="Largest 'properties' of a machine or a partition, in bytes of "
+                    "compact UTF-8 JSON: they are stored and served back with every "
+                    "list. Larger ones get 422 naming the field."),
     cfg.IntOpt("max_machines_per_request", default=10000, min=1,
                help="Most machines one POST /v1/machines may register."),
     cfg.IntOpt("max_page_size", default=1000, min=1,

@@ -129,7 +129,7 @@ def normalize_mac(mac):
     text = str(mac).strip().lower().replace("-", ":")
     if re.fullmatch(r"[0-9a-f]{12}", text):
         text = ":".join(text[i:i + 2] for i in range(0, 12, 2))
-    if not _MAC.match(text):
+    if not _MAC.fullmatch(text):
         raise ValueError(f"malformed MAC address {mac!r}")
     return text
 
@@ -141,7 +141,7 @@ def normalize_duid(duid):
         if len(text) % 2 or not re.fullmatch(r"[0-9a-f]+", text):
             raise ValueError(f"malformed DUID {duid!r}")
         text = ":".join(text[i:i + 2] for i in range(0, len(text), 2))
-    if not _DUID.match(text):
+    if not _DUID.fullmatch(text):
         raise ValueError(f"malformed DUID {duid!r}")
     return text
 

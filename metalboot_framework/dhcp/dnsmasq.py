@@ -53,7 +53,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 def file_key(text):
     """A file-name-safe key for a machine id or interface name."""
-    if _SAFE.match(text):
+    if _SAFE.fullmatch(text):
         return text
     return "h" + hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -74,7 +74,7 @@ class RedfishBootInterface(BootInterface):
                           interface=self.name)
 
     def get_partition_artifact(self, services, partition, name):
-        if iso_mod.ISO_NAME_RE.match(name or ""):
+        if iso_mod.ISO_NAME_RE.fullmatch(name or ""):
             spec, path = None, iso_mod.cached_path(services.conf, name)
             if path is None:
                 spec = self.iso_spec(services, partition.id)

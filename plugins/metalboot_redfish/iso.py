@@ -27,6 +27,7 @@ import threading
 import jinja2
 import pycdlib
 
+from metalboot_framework import ipxe
 from metalboot_framework.exceptions import BootInterfaceError
 from metalboot_redfish import conf as redfish_conf
 
@@ -53,9 +54,8 @@ def _environment(template_dir):
         loaders = [jinja2.FileSystemLoader(TEMPLATE_DIR)]
         if template_dir:
             loaders.insert(0, jinja2.FileSystemLoader(template_dir))
-        env = _environments[template_dir] = jinja2.Environment(
-            loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+        env = _environments[template_dir] = ipxe.script_environment(
+            jinja2.ChoiceLoader(loaders))
     return env
 
 
@@ -133,7 +133,7 @@ def cache_dir(conf):
 
 def cached_path(conf, name):
     """Path of a cached ISO named ``name`` if it exists (any configuration)."""
-    if not ISO_NAME_RE.match(name or ""):
+    if not ISO_NAME_RE.fullmatch(name or ""):
         return None
     path = os.path.join(cache_dir(conf), name)
     return path if os.path.isfile(path) else None

@@ -42,7 +42,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         if not image:
             return False
         head, _, name = image.rstrip("/").rpartition("/")
-        return bool(iso_mod.ISO_NAME_RE.match(name)) and head.endswith("/" + self.name)
+        return bool(iso_mod.ISO_NAME_RE.fullmatch(name)) and head.endswith("/" + self.name)
 
     @staticmethod
     def cd_target(state):

@@ -182,3 +182,106 @@ def test_created_resources_are_located(api, partition):
                                          "boot_interface": "fake-alt", "dry_run": True})
     assert r.status_code == 202
     assert api.get(r.headers["Location"]).json["id"] == r.json["id"]
+
+
+@pytest.mark.parametrize("case", ["partition-id", "machine-partition", "machine-patch",
+                                  "selector-partition", "max-failures"])
+def test_a_final_newline_does_not_pass_a_pattern(app, api, partition, case):
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    method, url, body, field = {
+        "partition-id": ("post", "/v1/partitions", {"id": "pn\n"}, "id"),
+        "machine-partition": ("post", "/v1/machines", machine_body(2, partition="p1\n"),
+                              "partition"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}", {"partition": "p1\n"}, "partition"),
+        "selector-partition": ("post", "/v1/migrations", {
+            "selector": {"partition": "p1\n"}, "boot_interface": "fake-alt"},
+            "selector.partition"),
+        "max-failures": ("post", "/v1/migrations", {
+            "selector": {"machines": [mid]}, "boot_interface": "fake-alt",
+            "max_failures": "2%\n"}, "max_failures"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.json
+    assert field in r.json["error"]["fields"]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get("/v1/migrations").json["migrations"] == []
+
+
+def test_a_final_newline_makes_no_dnsmasq_file_name():
+    from metalboot_framework.dhcp.dnsmasq import file_key
+    assert file_key("m1") == "m1"
+    assert "\n" not in file_key("m1\n") and file_key("m1\n") != file_key("m1")
+
+
+LONE = "\ud800"
+
+
+@pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-key",
+                                  "bulk", "machine-patch", "migration", "boot-report"])
+def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
+    """JSON's \\u escapes spell half a surrogate pair, which no database
+    stores as text (UTF-8 cannot encode it)."""
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    bulk = [machine_body(2), machine_body(3)]
+    bulk[1]["bmc"]["username"] = "root" + LONE
+    method, url, body, field = {
+        "partition-post": ("post", "/v1/partitions", {"id": "p2", "description": LONE},
+                           "description"),
+        "partition-patch": ("patch", "/v1/partitions/p1", {"properties": {"k": [LONE]}},
+                            "properties.k.0"),
+        "machine-key": ("post", "/v1/machines", machine_body(2, properties={LONE: 1}),
+                        "properties.\\ud800"),
+        "bulk": ("post", "/v1/machines", bulk, "1.bmc.username"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}",
+                          {"bmc": {"password": "x\udfff"}}, "bmc.password"),
+        "migration": ("post", "/v1/migrations", {"selector": {"machines": [mid]},
+                                                 "boot_interface": "fake-alt" + LONE},
+                      "boot_interface"),
+        "boot-report": ("post", f"/v1/machines/{mid}/boot-report",
+                        {"boot_interface": "fake", "message": LONE}, "message"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.get_data(as_text=True)
+    assert list(r.json["error"]["fields"]) == [field]
+    assert "surrogate" in r.json["error"]["fields"][field][0]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get("/v1/partitions/p1").json["properties"] == {}
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get(f"/v1/machines/{mid}/evidence").json["evidence"] == []
+    assert api.get("/v1/migrations").json["migrations"] == []
+
+
+@pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-post",
+                                  "bulk", "machine-patch"])
+def test_properties_beyond_the_size_limit_are_422(app, api, partition, case):
+    big = {"blob": "x" * 10 * 1024 * 1024}  # 10 MiB: it would be served with every list
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    method, url, body, field = {
+        "partition-post": ("post", "/v1/partitions", {"id": "p2", "properties": big},
+                           "properties"),
+        "partition-patch": ("patch", "/v1/partitions/p1", {"properties": big}, "properties"),
+        "machine-post": ("post", "/v1/machines", machine_body(2, properties=big),
+                         "properties"),
+        "bulk": ("post", "/v1/machines", [machine_body(2), machine_body(3, properties=big)],
+                 "1.properties"),
+        "machine-patch": ("patch", f"/v1/machines/{mid}", {"properties": big}, "properties"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.get_data(as_text=True)[:300]
+    assert list(r.json["error"]["fields"]) == [field]
+    assert "max_properties_size" in r.json["error"]["fields"][field][0]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get("/v1/partitions/p1").json["properties"] == {}
+    assert [m["id"] for m in api.get("/v1/machines").json["machines"]] == [mid]
+    assert api.get(f"/v1/machines/{mid}").json["properties"] == {}
+
+
+def test_the_properties_size_limit_is_configurable(conf, app, api, partition):
+    conf.set_override("max_properties_size", 2048, group="api")
+    at_limit = {"k": "x" * (2048 - len('{"k":""}'))}
+    assert api.patch("/v1/partitions/p1", json={"properties": at_limit}).status_code == 200
+    at_limit["k"] += "é"  # two bytes in UTF-8
+    r = api.patch("/v1/partitions/p1", json={"properties": at_limit})
+    assert r.status_code == 422 and list(r.json["error"]["fields"]) == ["properties"]
+    assert "At most 2048 bytes" in r.json["error"]["message"]
