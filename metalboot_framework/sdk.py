@@ -12,6 +12,9 @@ plugin would be.
 - :mod:`metalboot_framework.task`: the read-only ``BootTask`` a step is given.
 - :mod:`metalboot_framework.exceptions`: the errors a step raises.
 - :mod:`metalboot_framework.hooks`: ``hookimpl`` and ``BootScript``.
+- :mod:`metalboot_framework.ipxe`: the grammar of values that reach a boot
+  script and ``quote``, which every value a plugin or hook writes into one
+  goes through.
 - :mod:`metalboot_framework.bmc` and its modules: a Redfish client for the
   task's BMC (``client_for_task(task)``), power and virtual media, with the
   framework's retries, timeouts, vendor quirks and password redaction.
@@ -29,6 +32,7 @@ MODULES = (
     "metalboot_framework.task",
     "metalboot_framework.exceptions",
     "metalboot_framework.hooks",
+    "metalboot_framework.ipxe",
     "metalboot_framework.bmc",
     "metalboot_framework.dhcp",
     "metalboot_framework.testing.conformance",
