@@ -73,8 +73,13 @@ def fake_calls(server, machine_id):
     """The fake plugin's calls in migrations (not those of the enrolment)."""
     events = server.request("GET", f"/v1/machines/{machine_id}/events",
                             params={"limit": 1000}).json()["events"]
-    return [(e["kind"].split(".", 1)[1], e["data"]["interface"]) for e in events
-            if e["kind"].startswith("fake.") and e["migration_id"]]
+    calls = [e["kind"].split(".", 1) for e in events
+             if e["kind"].startswith("fake") and e["migration_id"]]
+    # each event is named after the interface that was called, as its data say
+    assert [interface for interface, _ in calls] == [
+        e["data"]["interface"] for e in events
+        if e["kind"].startswith("fake") and e["migration_id"]]
+    return [(step, interface) for interface, step in calls]
 
 
 def test_happy_path_by_fetch_and_by_report(server):
@@ -131,8 +136,8 @@ def test_failing_prepare_rolls_back_without_reset(server):
     m = wait_for(server, migrate(server, ids)["id"])
     per = machine_states(server, m["id"])[ids[0]]
     assert per["state"] == "rolled_back"
-    assert per["last_error"] == f"fake-alt prepare: fake prepare failed for machine {ids[0]}: " \
-                                "disk full"
+    assert per["last_error"] == f"fake-alt prepare: fake-alt prepare failed for machine " \
+                                f"{ids[0]}: disk full"
     # never activated, so the old path is not re-activated (no needless reset)
     assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
                                           ("clean_up", "fake-alt")]
@@ -146,7 +151,7 @@ def test_failing_activate_rolls_back_and_activates_the_old_path(server):
     m = wait_for(server, migrate(server, ids)["id"])
     per = machine_states(server, m["id"])[ids[0]]
     assert per["state"] == "rolled_back"
-    assert per["last_error"] == f"fake-alt activate: fake activate failed for machine " \
+    assert per["last_error"] == f"fake-alt activate: fake-alt activate failed for machine " \
                                 f"{ids[0]}: BMC timed out"
     assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
                                           ("activate", "fake-alt"), ("clean_up", "fake-alt"),
@@ -601,7 +606,7 @@ def test_a_stopped_conductor_leaves_machines_awaiting_their_boot_to_its_next_run
         rows = s.execute(sqlalchemy.select(models.Machine.id, models.Machine.reservation)
                          .where(models.Machine.id.in_(ids))).all()
         urls = {e.machine_id: e.data["boot_url"] for e in s.scalars(
-            sqlalchemy.select(models.Event).where(models.Event.kind == "fake.activate",
+            sqlalchemy.select(models.Event).where(models.Event.kind == "fake-alt.activate",
                                                   models.Event.migration_id == m["id"]))}
     db.dispose()
     assert {mid: lock for mid, lock in rows} == {mid: None for mid in ids}
