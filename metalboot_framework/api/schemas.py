@@ -13,6 +13,8 @@ import uuid
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
+from metalboot_framework import migration_states
+
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -464,7 +466,8 @@ class ErrorSchema(Schema):
 
 # -- migrations -----------------------------------------------------------------
 
-MIGRATION_STATES = ("running", "paused", "cancelling", "cancelled", "halted", "done")
+MIGRATION_STATES = migration_states.STATES
+MIGRATION_RESULTS = migration_states.RESULTS
 MACHINE_STEPS = ("queued", "validating", "preparing", "activating", "awaiting_boot",
                  "verifying", "done", "rolling_back", "rolled_back", "rollback_failed",
                  "skipped", "cancelled", "valid", "invalid")
@@ -537,7 +540,22 @@ class MigrationCreateSchema(StrictSchema):
 
 class MigrationSchema(Schema):
     id = fields.String()
-    state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    state = fields.String(validate=validate.OneOf(MIGRATION_STATES), metadata={
+        "description": "running, paused, cancelling; halting (past its failure budget or "
+                       "with a failed canary: nothing new starts, machines in flight carry "
+                       "on) until those machines have ended, then halted; done, halted and "
+                       "cancelled are final. The state does not say how the machines "
+                       "fared: see result."})
+    result = fields.String(allow_none=True, validate=validate.OneOf(MIGRATION_RESULTS),
+                           metadata={"description": "Set once the state is final: succeeded "
+                                     "(no machine failed), partially_failed (some failed, "
+                                     "some succeeded), failed (machines failed, none "
+                                     "succeeded), not_run (all cancelled or skipped). "
+                                     "null while the migration is live."})
+    succeeded = fields.Integer(metadata={
+        "description": "Machines that ended done (valid, in a dry run)."})
+    failed = fields.Integer(metadata={
+        "description": "Machines that ended rolled_back, rollback_failed or invalid."})
     boot_interface = fields.String()
     selector = fields.Dict()
     options = fields.Dict()
@@ -559,6 +577,8 @@ class MigrationListSchema(Schema):
 
 class MigrationListQuerySchema(StrictSchema):
     state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    result = fields.String(validate=validate.OneOf(MIGRATION_RESULTS), metadata={
+        "description": "Only finished migrations with this result."})
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     marker = fields.String(validate=validate.Length(max=64))
 
