@@ -10,6 +10,7 @@ import click
 from metalboot_framework import migration_states as states
 from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
+from metalboot_framework.cli.progress import bar, duration
 
 #: Migration states in which nothing will change any more (with finished_at set).
 FINAL_STATES = states.FINAL
@@ -221,13 +222,6 @@ def _eta_seconds(m):
     return max(0.0, (eta - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
-def _duration(seconds):
-    seconds = round(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 def progress_text(m):
     """``120/1000 machines finished (3 failed), ETA 2m13s``: counts and time left."""
     counts = m.get("counts") or {}
@@ -238,13 +232,8 @@ def progress_text(m):
         text += f" ({failed} failed)"
     eta = _eta_seconds(m)
     if eta is not None:
-        text += f", ETA {_duration(eta)}"
+        text += f", ETA {duration(eta)}"
     return text
-
-
-def bar(fraction, width):
-    filled = round(width * min(max(fraction, 0.0), 1.0))
-    return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
 class Display:
