@@ -189,8 +189,8 @@ class DatabaseCollector:
             "metalboot_migrations", "Migrations by state.", labels=["state"])
         steps = GaugeMetricFamily(
             "metalboot_migration_machines",
-            "Machines per step of each live migration (running, paused, cancelling, or "
-            "halted with machines still in flight).",
+            "Machines per step of each live migration (running, paused, cancelling, "
+            "halting).",
             labels=["migration_id", "boot_interface", "step"])
         up = GaugeMetricFamily(
             "metalboot_database_up", "1 when the scrape-time database queries succeeded.")
@@ -203,8 +203,7 @@ class DatabaseCollector:
                 migration_rows = dict(s.execute(
                     select(models.Migration.state, func.count())
                     .group_by(models.Migration.state)).all())
-                live = models.Migration.state.in_(mig.LIVE_STATES) | (
-                    (models.Migration.state == "halted") & models.Migration.finished_at.is_(None))
+                live = models.Migration.state.in_(mig.LIVE_STATES)
                 step_rows = s.execute(
                     select(MM.migration_id, models.Migration.target_boot_interface, MM.state,
                            func.count())

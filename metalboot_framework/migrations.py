@@ -13,6 +13,7 @@ import uuid
 from sqlalchemy import bindparam, func, select, update
 
 from metalboot_framework import inventory
+from metalboot_framework import migration_states as states
 from metalboot_framework.conductor import fsm
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.inventory import iso
@@ -26,9 +27,9 @@ SUCCEEDED = fsm.SUCCEEDED
 FAILED = fsm.FAILED
 FINISHED = fsm.FINISHED
 
-# Migration states.
-LIVE_STATES = ("running", "paused", "cancelling")
-TERMINAL_STATES = ("done", "halted", "cancelled")
+# Migration states (:mod:`metalboot_framework.migration_states`).
+LIVE_STATES = states.LIVE
+TERMINAL_STATES = states.FINAL
 
 MM = models.MigrationMachine
 # What creating a migration reads of each selected machine: not every column
@@ -135,7 +136,7 @@ def create(services, body):
                 # Lost a race with another request between our read and update.
                 raise _busy_conflict(s, claim)
         s.add(models.Migration(
-            id=migration_id, state="running", target_boot_interface=target,
+            id=migration_id, state=states.RUNNING, target_boot_interface=target,
             selector=body["selector"], options=options, total=len(rows), created_at=now,
             started_at=now, updated_at=now,
             finished_at=None))
@@ -150,7 +151,7 @@ def create(services, body):
         unit.announce(services.work_arrived)
     view = get(services, migration_id)
     services.hooks.notify("metalboot_migration_state_changed", migration=view, old=None,
-                          new="running")
+                          new=states.RUNNING)
     return view
 
 
@@ -189,6 +190,8 @@ def view(session, migration):
         "boot_interface": migration.target_boot_interface, "selector": migration.selector,
         "options": options, "total": total, "counts": by_state,
         "progress": round(finished / total, 4) if total else 1.0,
+        "result": migration.result, "succeeded": states.machines_succeeded(by_state),
+        "failed": states.machines_failed(by_state),
         "reason": migration.reason, "created_at": iso(migration.created_at),
         "started_at": iso(migration.started_at), "finished_at": iso(migration.finished_at),
         "estimated_completion": iso(eta),
@@ -203,12 +206,14 @@ def get(services, migration_id):
         return view(s, migration)
 
 
-def list_(services, state=None, limit=100, marker=None):
+def list_(services, state=None, limit=100, marker=None, result=None):
     with services.db.read() as s:
         q = select(models.Migration).order_by(models.Migration.created_at.desc(),
                                               models.Migration.id).limit(limit + 1)
         if state:
             q = q.where(models.Migration.state == state)
+        if result:
+            q = q.where(models.Migration.result == result)
         if marker:
             ref = s.get(models.Migration, marker)
             if ref is None:
@@ -275,15 +280,15 @@ def _transition(services, migration_id, allowed, new, message, action, done):
 
 
 def cancel(services, migration_id):
-    return _transition(services, migration_id, ("running", "paused"), "cancelling",
-                       "cancelled by the operator", "cancel", "cancelled")
+    return _transition(services, migration_id, (states.RUNNING, states.PAUSED),
+                       states.CANCELLING, "cancelled by the operator", "cancel", "cancelled")
 
 
 def pause(services, migration_id):
-    return _transition(services, migration_id, ("running",), "paused",
+    return _transition(services, migration_id, (states.RUNNING,), states.PAUSED,
                        "paused by the operator: no new machine starts", "pause", "paused")
 
 
 def resume(services, migration_id):
-    return _transition(services, migration_id, ("paused",), "running", "resumed by the operator",
-                       "resume", "resumed")
+    return _transition(services, migration_id, (states.PAUSED,), states.RUNNING,
+                       "resumed by the operator", "resume", "resumed")

@@ -114,13 +114,25 @@ class BootTask:
         return self.services.render_boot_script(self.machine, self.partition,
                                                 self.interface, self.token)
 
+    def event_kind(self, kind):
+        """The kind under which an event of the plugin is recorded:
+        ``<interface>.<what>``, named after the entry point the plugin was
+        loaded as. One class loaded as ``fake`` and ``fake-alt`` records
+        ``fake-alt.activate`` for the latter, whatever prefix it wrote
+        (``"activate"``, ``"fake.activate"``): an operator reading the history
+        sees which of the two acted."""
+        return f"{self.interface}.{kind.split('.', 1)[-1]}"
+
     def record_event(self, kind, message, **data):
-        """Append an event to the machine's history (committed at once)."""
-        self.services.record_event(self.machine.id, kind, message, data=data or None,
+        """Append an event to the machine's history (committed at once), as
+        :meth:`event_kind` names it; its data carry ``interface``."""
+        self.services.record_event(self.machine.id, self.event_kind(kind), message,
+                                   data=dict(data, interface=self.interface),
                                    migration_id=self.migration_id)
 
     async def arecord_event(self, kind, message, **data):
         """:meth:`record_event` for a step written as a coroutine: waits for the
         commit without blocking the loop."""
-        await self.services.arecord_event(self.machine.id, kind, message, data=data or None,
+        await self.services.arecord_event(self.machine.id, self.event_kind(kind), message,
+                                          data=dict(data, interface=self.interface),
                                           migration_id=self.migration_id)

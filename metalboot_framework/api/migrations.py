@@ -28,16 +28,18 @@ def create_migration(body):
 @endpoint(query=schemas.MigrationListQuerySchema, responses={200: schemas.MigrationListSchema},
           tags=["migrations"])
 def list_migrations(query):
-    """Migrations, newest first."""
+    """Migrations, newest first; ``state`` and ``result`` filter them."""
     items, marker = migrations.list_(current_services(), state=query.get("state"),
-                                     limit=_limit(query), marker=query.get("marker"))
+                                     limit=_limit(query), marker=query.get("marker"),
+                                     result=query.get("result"))
     return jsonify({"migrations": items, "next_marker": marker})
 
 
 @bp.get("/v1/migrations/<migration_id>")
 @endpoint(responses={200: schemas.MigrationSchema}, tags=["migrations"])
 def get_migration(migration_id):
-    """State, machines per step, progress, times, estimated completion, reason."""
+    """State, result, machines per step, progress, times, estimated completion,
+    reason."""
     return jsonify(migrations.get(current_services(), migration_id))
 
 

@@ -15,7 +15,7 @@ import uuid
 from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
-from metalboot_framework import ipxe
+from metalboot_framework import ipxe, migration_states
 from metalboot_framework.conductor import fsm
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
@@ -493,7 +493,8 @@ class ErrorSchema(Schema):
 
 # -- migrations -----------------------------------------------------------------
 
-MIGRATION_STATES = ("running", "paused", "cancelling", "cancelled", "halted", "done")
+MIGRATION_STATES = migration_states.STATES
+MIGRATION_RESULTS = migration_states.RESULTS
 MACHINE_STEPS = fsm.ALL
 
 
@@ -564,7 +565,22 @@ class MigrationCreateSchema(StrictSchema):
 
 class MigrationSchema(Schema):
     id = fields.String()
-    state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    state = fields.String(validate=validate.OneOf(MIGRATION_STATES), metadata={
+        "description": "running, paused, cancelling; halting (past its failure budget or "
+                       "with a failed canary: nothing new starts, machines in flight carry "
+                       "on) until those machines have ended, then halted; done, halted and "
+                       "cancelled are final. The state does not say how the machines "
+                       "fared: see result."})
+    result = fields.String(allow_none=True, validate=validate.OneOf(MIGRATION_RESULTS),
+                           metadata={"description": "Set once the state is final: succeeded "
+                                     "(no machine failed), partially_failed (some failed, "
+                                     "some succeeded), failed (machines failed, none "
+                                     "succeeded), not_run (all cancelled or skipped). "
+                                     "null while the migration is live."})
+    succeeded = fields.Integer(metadata={
+        "description": "Machines that ended done (valid, in a dry run)."})
+    failed = fields.Integer(metadata={
+        "description": "Machines that ended rolled_back, rollback_failed or invalid."})
     boot_interface = fields.String()
     selector = fields.Dict()
     options = fields.Dict()
@@ -586,6 +602,8 @@ class MigrationListSchema(Schema):
 
 class MigrationListQuerySchema(StrictSchema):
     state = fields.String(validate=validate.OneOf(MIGRATION_STATES))
+    result = fields.String(validate=validate.OneOf(MIGRATION_RESULTS), metadata={
+        "description": "Only finished migrations with this result."})
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     marker = fields.String(validate=validate.Length(max=64))
 

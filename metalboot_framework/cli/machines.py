@@ -11,12 +11,16 @@ from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, EXIT_USAGE, CliError, segment
 from metalboot_framework.cli.common import bmc_password, drop_none, json_or_string, \
     parse_properties
+from metalboot_framework.cli.progress import Progress
 
 #: CSV columns understood by ``machines import`` (others must be property.<name>).
 CSV_COLUMNS = ("id", "partition", "mac", "bmc_address", "bmc_username", "bmc_password",
                "bmc_verify_tls", "boot_interface", "boot_mode", "properties")
 #: The API accepts at most this many machines per request by default.
-BATCH = 10000
+MAX_BATCH = 10000
+#: Machines per request of ``machines import``: each request is all or
+#: nothing, and the progress moves once per request.
+BATCH = 500
 
 LIST_COLUMNS = [("id", "id"), ("partition", "partition"),
                 ("boot interface", "boot_interface"), ("mode", "boot_mode"),
@@ -186,10 +190,20 @@ def machines_from_json(text, source="JSON"):
 @click.option("--format", "format_", type=click.Choice(("auto", "json", "csv")),
               default="auto", show_default=True,
               help="File format; auto: by extension (.csv), else by content.")
+@click.option("--batch-size", type=click.IntRange(1, MAX_BATCH), default=BATCH,
+              show_default=True,
+              help="Machines per request; each request is all or nothing (give "
+                   f"{MAX_BATCH} for one request of up to {MAX_BATCH} machines).")
 @output.output_option
 @click.pass_obj
-def import_(obj, file, format_, output_):
-    """Register machines from a JSON or CSV FILE ('-' for stdin), all or nothing.
+def import_(obj, file, format_, batch_size, output_):
+    """Register machines from a JSON or CSV FILE ('-' for stdin), in batches.
+
+    Each batch (--batch-size machines) is registered all or nothing; when one
+    fails, the machines of the batches before it stay registered and the
+    message names the first line (item) not registered. Progress: a bar with
+    counts and the time left on a terminal, a line per batch otherwise, none
+    with -o json.
 
     \b
     JSON: one machine object or a list, as POST /v1/machines takes them.
@@ -218,21 +232,32 @@ def import_(obj, file, format_, output_):
     if not bodies:
         raise CliError(f"{source}: no machines in the file", EXIT_USAGE)
     created = []
-    for start in range(0, len(bodies), BATCH):
-        chunk = bodies[start:start + BATCH]
+    as_json = output.fmt(obj, output_) == "json"
+    progress = Progress(len(bodies), f"machines registered from {source}",
+                        quiet=as_json or len(bodies) <= batch_size)
+    for start in range(0, len(bodies), batch_size):
+        chunk = bodies[start:start + batch_size]
         try:
             answer = obj.client.post("/v1/machines", chunk)
         except CliError as exc:
-            if len(bodies) > BATCH:
+            progress.finish()
+            if len(bodies) > batch_size:
                 exc.message += (f" (batch of machines {start + 1}-{start + len(chunk)}; "
-                                f"{len(created)} registered before it)")
+                                f"{len(created)} registered before it, the first not "
+                                f"registered is {_row_name(format_, start)})")
             _hint_rows(exc, format_, start)
             raise
         created.extend(answer["machines"])
-    if output.fmt(obj, output_) == "json":
+        progress.update(len(created))
+    progress.finish()
+    if as_json:
         output.emit_json({"machines": created, "count": len(created)})
     else:
         click.echo(f"registered {len(created)} machine(s) from {source}")
+
+
+def _row_name(format_, index):
+    return f"CSV line {index + 2}" if format_ == "csv" else f"item {index}"
 
 
 def _hint_rows(exc, format_, start):
@@ -242,9 +267,8 @@ def _hint_rows(exc, format_, start):
         return
     first = sorted(fields)[0].split(".", 1)[0]
     if first.isdigit():
-        index = start + int(first)
-        where = f"CSV line {index + 2}" if format_ == "csv" else f"item {index}"
-        exc.message += f" (first error at {where}; field names are item.field)"
+        exc.message += (f" (first error at {_row_name(format_, start + int(first))}; "
+                        f"field names are item.field)")
 
 
 @group.command("validate")

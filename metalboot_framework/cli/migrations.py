@@ -1,23 +1,26 @@
 """``metalboot migrations``: create, dry-run, show, list, watch, cancel, pause, resume."""
 
+import datetime
 import shutil
 import sys
 import time
 
 import click
 
+from metalboot_framework import migration_states as states
 from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
+from metalboot_framework.cli.progress import bar, duration
 from metalboot_framework.conductor import fsm
 
 #: Migration states in which nothing will change any more (with finished_at set).
-FINAL_STATES = ("done", "halted", "cancelled")
+FINAL_STATES = states.FINAL
 #: Machine steps that count as failures for the exit code of watch.
 FAILED_STEPS = fsm.FAILED + (fsm.Step.CANCELLED.value,)
 #: Display order of the machine steps.
 STEP_ORDER = fsm.ALL
 
-LIST_COLUMNS = [("id", "id"), ("state", "state"), ("to", "boot_interface"),
+LIST_COLUMNS = [("id", "id"), ("state", states.describe), ("to", "boot_interface"),
                 ("machines", "total"),
                 ("progress", lambda m: f"{round(100 * (m.get('progress') or 0))}%"),
                 ("steps", lambda m: _counts_text(m.get("counts") or {})),
@@ -155,15 +158,16 @@ def dry_run(obj, timeout, output_, **options):
 
 
 @group.command("list")
-@click.option("--state", type=click.Choice(("running", "paused", "cancelling", "cancelled",
-                                            "halted", "done")))
+@click.option("--state", type=click.Choice(states.STATES))
+@click.option("--result", type=click.Choice(states.RESULTS),
+              help="Only finished migrations that went so for their machines.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @output.output_option
 @click.pass_obj
-def list_(obj, state, limit, output_):
+def list_(obj, state, result, limit, output_):
     """List migrations, newest first."""
     items = list(obj.client.pages("/v1/migrations", "migrations", limit=limit,
-                                  page_size=min(limit, 1000), state=state))
+                                  page_size=min(limit, 1000), state=state, result=result))
     output.show(obj, output_, items, lambda ms: output.table(ms, LIST_COLUMNS))
 
 
@@ -180,7 +184,8 @@ def show(obj, migration_id, with_machines, output_):
     if output.fmt(obj, output_) == "json":
         output.emit_json(dict(migration, machines=machines) if with_machines else migration)
         return
-    output.details(migration)
+    # the state as a person reads it: "done, failed (3 of 3 machines failed)"
+    output.details(dict(migration, state=states.describe(migration)))
     if with_machines:
         click.echo("")
         output.table(machines, MACHINE_COLUMNS)
@@ -195,7 +200,7 @@ def _action(name, doc):
         if output.fmt(obj, output_) == "json":
             output.emit_json(migration)
         else:
-            click.echo(f"migration {migration['id']}: {migration['state']} "
+            click.echo(f"migration {migration['id']}: {states.describe(migration)} "
                        f"({_counts_text(migration.get('counts') or {})})")
     command.__doc__ = doc
     group.command(name)(command)
@@ -208,8 +213,31 @@ _action("resume", "Resume a paused migration.")
 
 # -- watch -------------------------------------------------------------------------------
 
+def _eta_seconds(m):
+    """Seconds until the server's estimated completion, or None."""
+    if not m.get("estimated_completion") or m.get("finished_at"):
+        return None
+    eta = datetime.datetime.fromisoformat(m["estimated_completion"].replace("Z", "+00:00"))
+    return max(0.0, (eta - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def progress_text(m):
+    """``120/1000 machines finished (3 failed), ETA 2m13s``: counts and time left."""
+    counts = m.get("counts") or {}
+    finished = sum(counts.get(step, 0) for step in states.STEPS_FINISHED)
+    failed = states.machines_failed(counts)
+    text = f"{finished}/{m.get('total') or 0} machines finished"
+    if failed:
+        text += f" ({failed} failed)"
+    eta = _eta_seconds(m)
+    if eta is not None:
+        text += f", ETA {duration(eta)}"
+    return text
+
+
 class Display:
-    """Progress per step: bars redrawn in place on a terminal, plain lines otherwise."""
+    """Progress of a migration: on a terminal a bar of all its machines (counts,
+    ETA) and one per step, redrawn in place; otherwise a plain line per change."""
 
     def __init__(self, stream=None, tty=None):
         self.stream = stream or click.get_text_stream("stdout")
@@ -220,16 +248,15 @@ class Display:
     def _lines(self, m):
         counts = m.get("counts") or {}
         total = max(m.get("total") or 0, 1)
-        width = max(10, min(40, shutil.get_terminal_size((80, 20)).columns - 36))
-        header = (f"migration {m['id']} -> {m['boot_interface']}: {m['state']}, "
-                  f"{round(100 * (m.get('progress') or 0))}% of {m.get('total')} machine(s)")
-        if m.get("estimated_completion") and not m.get("finished_at"):
-            header += f", ETA {m['estimated_completion']}"
-        lines = [header]
+        columns = shutil.get_terminal_size((80, 20)).columns
+        width = max(10, min(40, columns - 36))
+        overall = f"{round(100 * (m.get('progress') or 0)):>3}%  {progress_text(m)}"
+        # as wide as the line leaves room for: the counts and ETA must show
+        all_width = max(10, min(width, columns - 23 - len(overall)))
+        lines = [f"migration {m['id']} -> {m['boot_interface']}: {states.describe(m)}",
+                 f"  {'all':<16} {bar(m.get('progress') or 0, all_width)} {overall}"]
         for step in _ordered(counts):
-            filled = round(width * counts[step] / total)
-            bar = "#" * filled + "-" * (width - filled)
-            lines.append(f"  {step:<16} [{bar}] {counts[step]:>5}")
+            lines.append(f"  {step:<16} {bar(counts[step] / total, width)} {counts[step]:>5}")
         return lines
 
     def update(self, m):
@@ -255,9 +282,10 @@ class Display:
         if key == self._last:
             return
         self._last = key
-        self.stream.write(f"{time.strftime('%H:%M:%S')} migration {m['id']} {m['state']} "
+        self.stream.write(f"{time.strftime('%H:%M:%S')} migration {m['id']} "
+                          f"{states.describe(m)} "
                           f"{round(100 * (m.get('progress') or 0))}%: "
-                          f"{_counts_text(m.get('counts') or {})}\n")
+                          f"{_counts_text(m.get('counts') or {})}; {progress_text(m)}\n")
         self.stream.flush()
 
 
@@ -287,7 +315,7 @@ def _watch(obj, migration_id, output_, interval, timeout, display=None):
     if as_json:
         output.emit_json(dict(migration, failed_machines=failed))
     else:
-        click.echo(f"migration {migration_id} {migration['state']}: "
+        click.echo(f"migration {migration_id} {states.describe(migration)}: "
                    f"{_counts_text(migration.get('counts') or {})}"
                    + (f" ({migration['reason']})" if migration.get("reason") else ""))
         for m in failed:

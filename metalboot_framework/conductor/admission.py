@@ -18,6 +18,7 @@ those nobody holds.
 
 from sqlalchemy import bindparam, func, select
 
+from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework.store import models
 
@@ -152,7 +153,7 @@ def _open_slots(conn, migration_id, limit, free=0):
     if limit <= 0:
         return None, 0, False
     migration = conn.execute(_LOCKED_MIGRATION, {"mig": migration_id}).first()
-    if migration is None or migration.state != "running":
+    if migration is None or migration.state != states.RUNNING:
         return None, 0, False
     counts = tally(conn, migration_id)
     if not queued(counts):

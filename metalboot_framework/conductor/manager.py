@@ -6,11 +6,13 @@ whenever a step finishes): it starts queued machines up to ``max_parallel``
 coroutine there, :mod:`metalboot_framework.steploop`; a plugin step written as
 a blocking function runs in one of the loop's threads), moves machines
 awaiting boot on when their evidence arrives or their time runs out
-(:mod:`.evidence`), halts migrations past their failure budget and closes
-finished ones. Enrolment and removal of machines at rest run in the worker
-threads. All state is in the database, so a restarted conductor simply
-carries on; several conductors can share one database because every step is
-claimed with a conditional update of the machine's lock.
+(:mod:`.evidence`), halts migrations past their failure budget (``halting``
+until their machines in flight have ended, then ``halted``) and closes
+finished ones, recording how they went (``result``). Enrolment and removal
+of machines at rest run in the worker threads. All state is in the database,
+so a restarted conductor simply carries on; several conductors can share one
+database because every step is claimed with a conditional update of the
+machine's lock.
 """
 
 import asyncio
@@ -22,6 +24,7 @@ import time
 
 from sqlalchemy import func, select, update
 
+from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import Waiting
@@ -194,13 +197,12 @@ class Conductor:
         """One look at enrolling machines and at every live migration."""
         with self.services.db.read() as s:
             live = list(s.scalars(select(models.Migration).where(
-                models.Migration.state.in_(mig.LIVE_STATES) |
-                ((models.Migration.state == "halted") & models.Migration.finished_at.is_(None)))
+                models.Migration.state.in_(states.LIVE))
                 .order_by(models.Migration.created_at)))
-        self.runner.cancelling = frozenset(m.id for m in live if m.state == "cancelling")
+        self.runner.cancelling = frozenset(m.id for m in live if m.state == states.CANCELLING)
         # With a migration running, enrolment gets at most half of the idle
         # workers: a mass registration must not hold back a migration's start.
-        self._enrol_waiting(share=0.5 if any(m.state == "running" for m in live) else 1.0)
+        self._enrol_waiting(share=0.5 if any(m.state == states.RUNNING for m in live) else 1.0)
         if not live:
             return
         now = time.monotonic()
@@ -210,15 +212,18 @@ class Conductor:
         self.evidence.look(full=full_scan)
         for migration in live:
             tally = self._tally(migration.id)
-            if migration.state == "cancelling":
+            if migration.state == states.CANCELLING:
                 self._cancel_queued(migration)
-            elif migration.state == "running":
+            elif migration.state == states.HALTING and admission.queued(tally):
+                # left queued by a conductor that stopped right after halting it
+                self._cancel_queued(migration, f"migration halted: {migration.reason}")
+            elif migration.state == states.RUNNING:
                 if not self._check_budget(migration, tally):
                     self._start_queued(migration, tally)
             if full_scan:
                 self._dispatch(migration)
             if not any(n for (state, _), n in tally.items() if state in mig.ACTIVE) or \
-                    migration.state in ("cancelling", "halted"):
+                    migration.state in (states.CANCELLING, states.HALTING):
                 self._close_if_finished(migration)
 
     def _tally(self, migration_id):
@@ -380,7 +385,7 @@ class Conductor:
             reason = admission.over_budget(tally, migration.options, migration.total)
         if reason is None:
             return False
-        if self._set_state(migration.id, "running", "halted", reason):
+        if self._set_state(migration.id, states.RUNNING, states.HALTING, reason):
             self._cancel_queued(migration, reason=f"migration halted: {reason}")
         return True
 
@@ -388,7 +393,7 @@ class Conductor:
         """Queued machines -> cancelled; when cancelling, machines awaiting their
         boot -> rolling_back: ours are woken and roll back by themselves, the
         others' (unlocked: nobody waits for them) are moved here."""
-        if migration.state == "cancelling":
+        if migration.state == states.CANCELLING:
             self.boot_waits.wake(migration.id)
         with self.services.db.read() as s:
             queued = s.scalars(select(MM.machine_id).where(
@@ -399,7 +404,7 @@ class Conductor:
                 models.Machine.reservation.is_(None))).all()
         for machine_id in queued:
             self.runner.transition(migration.id, machine_id, "queued", "cancelled", reason)
-        if migration.state == "cancelling":
+        if migration.state == states.CANCELLING:
             for machine_id in waiting:
                 if self.runner.transition(migration.id, machine_id, "awaiting_boot",
                                           "rolling_back", reason, error=reason):
@@ -409,37 +414,43 @@ class Conductor:
         with self.services.db.read() as s:
             active = s.scalar(select(func.count()).select_from(MM).where(
                 MM.migration_id == migration.id, MM.state.in_(mig.ACTIVE)))
-            current = s.scalar(select(models.Migration.state).where(
-                models.Migration.id == migration.id))
+            current = s.execute(select(models.Migration.state, models.Migration.reason).where(
+                models.Migration.id == migration.id)).first()
             by_state = mig.counts(s, migration.id)
-        if active:
+        if active or current is None:
             return
         summary = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
-        if current == "cancelling":
-            self._set_state(migration.id, "cancelling", "cancelled", f"cancelled: {summary}")
-        elif current in ("running", "paused"):
-            self._set_state(migration.id, current, "done", f"finished: {summary}")
-        elif current == "halted":
-            self._set_finished(migration.id)
+        if current.state == states.CANCELLING:
+            self._set_state(migration.id, states.CANCELLING, states.CANCELLED,
+                            f"cancelled: {summary}")
+        elif current.state in (states.RUNNING, states.PAUSED):
+            self._set_state(migration.id, current.state, states.DONE, f"finished: {summary}")
+        elif current.state == states.HALTING:
+            # the reason stays why it halted; the event says the machines in flight ended
+            self._set_state(migration.id, states.HALTING, states.HALTED, current.reason,
+                            message=f"the machines in flight have ended: {summary}")
 
-    def _set_finished(self, migration_id):
-        with self.services.db.write() as s:
-            s.execute(update(models.Migration).where(
-                models.Migration.id == migration_id, models.Migration.finished_at.is_(None))
-                .values(finished_at=models.utcnow()))
-
-    def _set_state(self, migration_id, old, new, reason):
+    def _set_state(self, migration_id, old, new, reason, message=None):
+        """``old`` -> ``new`` if the migration is still ``old``; a final state
+        records ``finished_at`` and the ``result`` of its machines' steps."""
         now = models.utcnow()
         with self.services.write() as unit:
+            values = {"state": new, "reason": reason, "updated_at": now}
+            data = {"old": old, "new": new, "reason": reason}
+            if new in states.FINAL:
+                by_state = mig.counts(unit.session, migration_id)
+                values.update(finished_at=now, result=states.result(by_state))
+                data.update(result=values["result"],
+                            succeeded=states.machines_succeeded(by_state),
+                            failed=states.machines_failed(by_state))
             changed = unit.session.execute(update(models.Migration).where(
                 models.Migration.id == migration_id, models.Migration.state == old).values(
-                state=new, reason=reason, updated_at=now,
-                # a halted migration finishes when its machines in flight have
-                **({"finished_at": now} if new in ("done", "cancelled") else {}))).rowcount
+                **values)).rowcount
             if changed:
-                unit.event("migration.state", f"{old} -> {new}: {reason}",
-                           migration_id=migration_id,
-                           data={"old": old, "new": new, "reason": reason})
+                unit.event("migration.state",
+                           f"{old} -> {states.describe(dict(data, state=new))}: "
+                           f"{message or reason}",
+                           migration_id=migration_id, data=data)
         if changed:
             LOG.info("migration %s: %s -> %s: %s", migration_id, old, new, reason)
             self.services.hooks.notify("metalboot_migration_state_changed",

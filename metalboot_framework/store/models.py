@@ -150,6 +150,8 @@ class Migration(Base):
     options: Mapped[dict] = mapped_column(JSON)
     total: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str | None] = mapped_column(Text)
+    # how it went for its machines, set when it finishes (migration_states.RESULTS)
+    result: Mapped[str | None] = mapped_column(String(32))
     report: Mapped[dict | None] = mapped_column(JSON)  # dry-run results
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)

@@ -85,6 +85,9 @@ fixture of its own and marks the subclass ``@pytest.mark.functional``.
   of a valid machine and after a ``validate`` that fails (for
   :meth:`invalid_machine_fields`), which must raise
   :class:`~metalboot_framework.exceptions.ValidationFailed`.
+- **events name the interface**: events the steps record through
+  ``task.record_event`` are ``<interface_name>.<what>`` and carry
+  ``interface`` in their data.
 - **idempotent**: ``prepare``, ``activate`` and ``clean_up`` called twice leave
   the same world as called once (the conductor repeats the step it was
   killed in).
@@ -436,6 +439,24 @@ class BootInterfaceConformance:
         with pytest.raises(ValidationFailed):
             self.step("validate", task)
         assert_same_world(before, self.world(), "a failing validate")
+
+    # -- events ----------------------------------------------------------------------------------
+    def test_events_name_the_interface(self):
+        """Events the steps record are ``<interface_name>.<what>`` with ``interface``
+        in their data: the name the interface was loaded as, not the class's."""
+        from metalboot_framework.store import models
+
+        with self.services.db.read() as s:
+            before = s.scalar(select(func.max(models.Event.id))) or 0
+        for name in ("validate", "prepare", "activate", "clean_up"):
+            self.step(name, self.task)
+        with self.services.db.read() as s:
+            recorded = s.execute(select(models.Event.kind, models.Event.data).where(
+                models.Event.id > before)).all()
+        for kind, data in recorded:
+            assert kind.startswith(f"{self.interface_name}."), (
+                f"event {kind} does not name the interface {self.interface_name}")
+            assert (data or {}).get("interface") == self.interface_name, (kind, data)
 
     # -- idempotence ---------------------------------------------------------------------------
     def test_prepare_is_idempotent(self):

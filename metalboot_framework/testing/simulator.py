@@ -74,7 +74,10 @@ class SimulatedFleet:
                 self._stop.wait(self.poll_interval)
                 continue
             for event in body["events"]:
-                if event["kind"] == "fake.activate":
+                # the fake interfaces' activate, under whichever name each was
+                # loaded (fake.activate, fake-alt.activate): it carries the URL
+                if event["kind"].endswith(".activate") and \
+                        (event.get("data") or {}).get("boot_url"):
                     self._boot(event)
             self.cursor = body["next_cursor"]
             if not body["events"]:

@@ -1,9 +1,10 @@
 """``fake``: records every call and boots only when a simulated machine says so.
 
 Like Ironic's fake hardware type, it touches no BMC and no DHCP server. Each
-call is appended to the machine's event history (kind ``fake.<step>``) and to
+call is appended to the machine's event history (kind ``<name>.<step>``, the
+name it was loaded as: ``fake-alt.activate``) and to
 :attr:`FakeBootInterface.calls` (the last :data:`CALLS_KEPT`, so that a demo
-server running for weeks does not grow); the ``fake.activate`` event carries the boot
+server running for weeks does not grow); the ``activate`` event carries the boot
 URL a BMC would have been given (a simulated machine reads it from there, see
 :mod:`metalboot_framework.testing.simulator`). It is installed twice, as
 ``fake`` and ``fake-alt``, so that migrations between two simulated paths can
@@ -91,15 +92,14 @@ class FakeBootInterface(BootInterface):
         failure = failures.get(f"{self.name}.{step}") or failures.get(step)
         if failure:
             raise (ValidationFailed if step == "validate" else BootInterfaceError)(
-                f"fake {step} failed for machine {task.machine.id}: {failure}")
+                f"{self.name} {step} failed for machine {task.machine.id}: {failure}")
 
     async def _call(self, step, task, **data):
         delay = self._begin(step, task)
         if delay:
             await asyncio.sleep(delay)
         if task.conf.fake.record_events:
-            await task.arecord_event(f"fake.{step}", f"fake {step} called",
-                                     interface=self.name, **data)
+            await task.arecord_event(step, f"{self.name} {step} called", **data)
         self._end(step, task)
 
     @staticmethod
@@ -170,8 +170,7 @@ class BlockingFakeBootInterface(FakeBootInterface):
         if delay:
             time.sleep(delay)
         if task.conf.fake.record_events:
-            task.record_event(f"fake.{step}", f"fake {step} called", interface=self.name,
-                              **data)
+            task.record_event(step, f"{self.name} {step} called", **data)
         self._end(step, task)
 
     def validate(self, task):

@@ -50,7 +50,7 @@ class TestFakeConformance(BootInterfaceConformance):
         for step in STEPS:
             self.step(step, self.task)
             assert latest_event_kinds(self.services, self.task.machine.id)[-1] == \
-                f"fake.{step}"
+                f"{self.interface_name}.{step}"
 
     def test_steps_are_coroutines_or_blocking_as_declared(self):
         assert [is_coroutine_step(getattr(self.interface, step)) for step in STEPS] == \
@@ -60,6 +60,10 @@ class TestFakeConformance(BootInterfaceConformance):
 class TestFakeAltConformance(BootInterfaceConformance):
     interface_name = "fake-alt"
     other_interface = "fake"
+    coroutine_steps = True
+
+    test_each_step_is_in_the_machine_history = \
+        TestFakeConformance.test_each_step_is_in_the_machine_history
 
     def snapshot_world(self):
         return {}

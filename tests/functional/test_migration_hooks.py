@@ -194,6 +194,26 @@ def test_webhook_delivers_every_event_once_with_retries(server_factory):
     assert "hook-secret" not in server.log()
 
 
+def test_webhook_says_how_a_finished_migration_went(server_factory):
+    """A migration whose machines all rolled back is done; the webhook's event
+    of that change says it failed, with the counts."""
+    receiver = Receiver()
+    server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"
+                            f"[webhook]\nurl = {receiver.url}\n").start()
+    ids = setup_machines(server, 2)  # nobody boots them: both roll back
+    m = wait_for(server, migrate(server, ids, boot_timeout=1)["id"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        changes = [e for e, _ in receiver.events if e["kind"] == "migration.state"]
+        if changes:
+            break
+        time.sleep(0.1)
+    assert [(e["migration_id"], e["data"]["old"], e["data"]["new"], e["data"]["result"],
+             e["data"]["succeeded"], e["data"]["failed"]) for e in changes] == [
+        (m["id"], "running", "done", "failed", 0, 2)]
+    assert changes[0]["message"].startswith("running -> done, failed (2 of 2 machines failed)")
+
+
 def test_slow_webhook_never_blocks_a_migration(server_factory):
     receiver = Receiver(delay=5.0)
     server = server_factory(extra_conf="enabled_boot_interfaces = fake,fake-alt\n"

@@ -73,8 +73,13 @@ def fake_calls(server, machine_id):
     """The fake plugin's calls in migrations (not those of the enrolment)."""
     events = server.request("GET", f"/v1/machines/{machine_id}/events",
                             params={"limit": 1000}).json()["events"]
-    return [(e["kind"].split(".", 1)[1], e["data"]["interface"]) for e in events
-            if e["kind"].startswith("fake.") and e["migration_id"]]
+    calls = [e["kind"].split(".", 1) for e in events
+             if e["kind"].startswith("fake") and e["migration_id"]]
+    # each event is named after the interface that was called, as its data say
+    assert [interface for interface, _ in calls] == [
+        e["data"]["interface"] for e in events
+        if e["kind"].startswith("fake") and e["migration_id"]]
+    return [(step, interface) for interface, step in calls]
 
 
 def test_happy_path_by_fetch_and_by_report(server):
@@ -86,7 +91,7 @@ def test_happy_path_by_fetch_and_by_report(server):
         assert during["state"] == "migrating"
         assert during["migration"]["id"] == m["id"]
         m = wait_for(server, m["id"])
-    assert m["state"] == "done", m
+    assert m["state"] == "done" and m["result"] == "succeeded", m
     assert m["counts"] == {"done": 4} and m["progress"] == 1.0
     assert m["finished_at"] and m["reason"].startswith("finished")
     per = machine_states(server, m["id"])
@@ -113,6 +118,7 @@ def test_timeout_rolls_back_and_boots_the_old_path(server):
                         only_interfaces=["fake-alt"]):
         m = wait_for(server, migrate(server, ids, boot_timeout=2)["id"])
     assert m["state"] == "done" and m["counts"] == {"done": 1, "rolled_back": 2}
+    assert (m["result"], m["succeeded"], m["failed"]) == ("partially_failed", 1, 2)
     per = machine_states(server, m["id"])
     for mid in (ids[0], ids[2]):
         assert per[mid]["state"] == "rolled_back"
@@ -131,8 +137,8 @@ def test_failing_prepare_rolls_back_without_reset(server):
     m = wait_for(server, migrate(server, ids)["id"])
     per = machine_states(server, m["id"])[ids[0]]
     assert per["state"] == "rolled_back"
-    assert per["last_error"] == f"fake-alt prepare: fake prepare failed for machine {ids[0]}: " \
-                                "disk full"
+    assert per["last_error"] == f"fake-alt prepare: fake-alt prepare failed for machine " \
+                                f"{ids[0]}: disk full"
     # never activated, so the old path is not re-activated (no needless reset)
     assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
                                           ("clean_up", "fake-alt")]
@@ -146,7 +152,7 @@ def test_failing_activate_rolls_back_and_activates_the_old_path(server):
     m = wait_for(server, migrate(server, ids)["id"])
     per = machine_states(server, m["id"])[ids[0]]
     assert per["state"] == "rolled_back"
-    assert per["last_error"] == f"fake-alt activate: fake activate failed for machine " \
+    assert per["last_error"] == f"fake-alt activate: fake-alt activate failed for machine " \
                                 f"{ids[0]}: BMC timed out"
     assert fake_calls(server, ids[0]) == [("validate", "fake-alt"), ("prepare", "fake-alt"),
                                           ("activate", "fake-alt"), ("clean_up", "fake-alt"),
@@ -173,7 +179,8 @@ def test_canary_failure_halts_the_rest(server):
     with SimulatedFleet(server.url, server.token, behaviour={ids[0]: SILENT}):
         m = wait_for(server, migrate(server, ids, canary=2, max_parallel=6,
                                      boot_timeout=2)["id"])
-    assert m["state"] == "halted"
+    assert m["state"] == "halted" and m["result"] == "partially_failed"
+    assert (m["succeeded"], m["failed"]) == (1, 1)
     assert m["reason"].startswith(f"canary machine {ids[0]} failed")
     per = machine_states(server, m["id"])
     assert per[ids[0]]["canary"] and per[ids[1]]["canary"] and not per[ids[2]]["canary"]
@@ -197,6 +204,63 @@ def test_max_failures_halts(server):
     m2 = wait_for(server, migrate(server, ids, max_parallel=5, max_failures="20%",
                                   boot_timeout=1)["id"])
     assert m2["state"] == "halted" and "more than max_failures 20%" in m2["reason"]
+
+
+def test_halting_until_the_machines_in_flight_have_ended(server):
+    """Past its failure budget a migration is halting while machines it started
+    are still in flight, and halted once they have ended; its result and the
+    events say how it went."""
+    ids = setup_machines(server, 4)
+    server.request("PATCH", f"/v1/machines/{ids[0]}", json={"properties": {
+        "fake_fail": {"prepare": "disk full"}}}).raise_for_status()
+    m = migrate(server, ids, max_parallel=4, max_failures=0, boot_timeout=4)
+    deadline = time.monotonic() + 20
+    while (m := server.request("GET", f"/v1/migrations/{m['id']}").json())["state"] == \
+            "running":
+        assert time.monotonic() < deadline, m
+        time.sleep(0.05)
+    # ids[1:] never boot (nobody simulates them): they wait out their boot_timeout
+    assert m["state"] == "halting", m
+    assert m["finished_at"] is None and m["result"] is None
+    assert m["reason"] == "1 machines failed, more than max_failures 0"
+    in_flight = {mid: step["state"] for mid, step in machine_states(server, m["id"]).items()
+                 if step["state"] not in ("rolled_back", "rolling_back")}
+    assert set(in_flight) == set(ids[1:]) and "queued" not in in_flight.values(), in_flight
+    r = server.request("POST", f"/v1/migrations/{m['id']}/pause")
+    assert r.status_code == 409 and "it is halting" in r.json()["error"]["message"]
+    m = wait_for(server, m["id"], states=("halted",), timeout=30)
+    assert m["result"] == "failed" and (m["succeeded"], m["failed"]) == (0, 4)
+    assert m["counts"] == {"rolled_back": 4}
+    assert m["reason"] == "1 machines failed, more than max_failures 0"
+    listed = server.request("GET", "/v1/migrations", params={"result": "failed"}).json()
+    assert [x["id"] for x in listed["migrations"]] == [m["id"]]
+    assert server.request("GET", "/v1/migrations",
+                          params={"result": "succeeded"}).json()["migrations"] == []
+    events = server.request("GET", "/v1/events", params={"limit": 1000}).json()["events"]
+    changes = [e for e in events if e["kind"] == "migration.state"]
+    assert [(e["data"]["old"], e["data"]["new"]) for e in changes] == [
+        ("running", "halting"), ("halting", "halted")]
+    assert changes[0]["data"].get("result") is None
+    assert {k: changes[1]["data"][k] for k in ("result", "succeeded", "failed")} == {
+        "result": "failed", "succeeded": 0, "failed": 4}
+    assert changes[1]["message"].startswith(
+        "halting -> halted, failed (4 of 4 machines failed): the machines in flight have "
+        "ended"), changes[1]["message"]
+
+
+def test_done_says_when_machines_failed(server):
+    """A migration that ran to its end is done; its result says how its
+    machines fared: failed when all were rolled back, succeeded when none."""
+    ids = setup_machines(server, 2)
+    m = wait_for(server, migrate(server, ids, boot_timeout=1)["id"])
+    assert (m["state"], m["result"], m["succeeded"], m["failed"]) == ("done", "failed", 0, 2)
+    events = server.request("GET", "/v1/events", params={"limit": 1000}).json()["events"]
+    done = [e for e in events if e["kind"] == "migration.state"][-1]
+    assert done["data"]["new"] == "done" and done["data"]["result"] == "failed"
+    assert done["message"].startswith("running -> done, failed (2 of 2 machines failed)")
+    with SimulatedFleet(server.url, server.token):
+        m = wait_for(server, migrate(server, ids)["id"])
+    assert (m["state"], m["result"], m["succeeded"], m["failed"]) == ("done", "succeeded", 2, 0)
 
 
 def test_cancel_rolls_back_machines_in_flight(server):
@@ -601,7 +665,7 @@ def test_a_stopped_conductor_leaves_machines_awaiting_their_boot_to_its_next_run
         rows = s.execute(sqlalchemy.select(models.Machine.id, models.Machine.reservation)
                          .where(models.Machine.id.in_(ids))).all()
         urls = {e.machine_id: e.data["boot_url"] for e in s.scalars(
-            sqlalchemy.select(models.Event).where(models.Event.kind == "fake.activate",
+            sqlalchemy.select(models.Event).where(models.Event.kind == "fake-alt.activate",
                                                   models.Event.migration_id == m["id"]))}
     db.dispose()
     assert {mid: lock for mid, lock in rows} == {mid: None for mid in ids}

@@ -387,3 +387,49 @@ def test_packed_rows_are_the_rows_a_plain_select_gives(tmp_path, database_url):
     with db.read_conn() as conn:
         assert all_rows(conn, sqlalchemy.select(ev).where(ev.c.machine_id.in_(ids)),
                         {"ids": ["nobody"]}) == []
+
+
+def test_upgrade_gives_finished_migrations_their_result(tmp_path, database_url):
+    """Migrations finished before the result column existed get the result their
+    machines' steps give; one halted with machines still in flight is halting;
+    a downgrade keeps the migrations and their machines."""
+    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
+    db.upgrade()
+    try:
+        with db.write_engine.connect() as connection:
+            alembic.command.downgrade(db.alembic_config(connection), "0006")
+            connection.commit()
+        steps = {"all-failed": ["rolled_back", "rolled_back"], "some": ["done", "invalid"],
+                 "fine": ["done", "skipped"], "none": ["cancelled"],
+                 "in-flight": ["rolled_back", "awaiting_boot", "cancelled"]}
+        with db.write_conn() as conn:
+            for mid, machine_steps in steps.items():
+                halted = mid == "in-flight"
+                conn.execute(sqlalchemy.text(  # the columns of revision 0006
+                    "INSERT INTO migrations (id, state, target_boot_interface, selector, "
+                    "options, total, created_at, finished_at) VALUES (:id, :state, 'x', "
+                    "'{}', '{}', :total, '2026-12-01 00:00:00', :finished)"), {
+                    "id": mid, "state": "halted" if halted else "done",
+                    "total": len(machine_steps),
+                    "finished": None if halted else "2026-12-01 00:01:00"})
+                conn.execute(models.MigrationMachine.__table__.insert(), [
+                    {"migration_id": mid, "machine_id": f"{mid}-{n}", "position": n,
+                     "source_boot_interface": "pxe", "state": step}
+                    for n, step in enumerate(machine_steps)])
+        db.upgrade()
+        with db.read_conn() as conn:
+            got = {r.id: (r.state, r.result) for r in conn.exec_driver_sql(
+                "SELECT id, state, result FROM migrations")}
+        assert got == {"all-failed": ("done", "failed"), "some": ("done", "partially_failed"),
+                       "fine": ("done", "succeeded"), "none": ("done", "not_run"),
+                       "in-flight": ("halting", None)}
+        with db.write_engine.connect() as connection:
+            alembic.command.downgrade(db.alembic_config(connection), "0006")
+            connection.commit()
+        with db.read_conn() as conn:
+            assert conn.exec_driver_sql("SELECT state FROM migrations WHERE id = 'in-flight'"
+                                        ).scalar() == "halted"
+            assert conn.exec_driver_sql("SELECT count(*) FROM migration_machines").scalar() == 10
+        db.upgrade()
+    finally:
+        db.dispose()

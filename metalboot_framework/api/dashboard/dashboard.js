@@ -66,6 +66,18 @@
       el("span", {class: "chip-state"}, state), " ", el("b", {class: "chip-count"}, String(n)));
   }
 
+  // The state a person reads: "done · failed (3 of 3 failed)", coloured by the
+  // result of a finished migration, not by its state alone.
+  function stateBadge(m, id) {
+    let text = m.state;
+    if (m.result) {
+      text += " · " + m.result.replace("_", " ");
+      if (m.failed) text += " (" + m.failed + " of " + (m.failed + m.succeeded) + " failed)";
+    }
+    return el("span", {class: "badge mstate-" + m.state + (m.result ? " result-" + m.result : ""),
+      id: id, dataset: {state: m.state, result: m.result || ""}}, text);
+  }
+
   function progressBar(fraction, counts, total) {
     const bar = el("div", {class: "progress", role: "progressbar", "aria-valuemin": 0,
       "aria-valuemax": 100, "aria-valuenow": Math.round(fraction * 100)});
@@ -158,7 +170,7 @@
         el("td", {}, el("a", {href: "#/migrations/" + encodeURIComponent(m.id), title: m.id},
           el("code", {}, m.id))),
         el("td", {}, m.boot_interface),
-        el("td", {}, el("span", {class: "badge mstate-" + m.state}, m.state)),
+        el("td", {}, stateBadge(m)),
         el("td", {}, progressBar(m.progress, m.counts, m.total),
           el("div", {class: "muted"}, m.total + " machine" + (m.total === 1 ? "" : "s"))),
         el("td", {}, counts),
@@ -261,7 +273,7 @@
     $("detail-id").textContent = m.id;
     const summary = clear($("detail-summary"));
     summary.appendChild(el("div", {}, "to ", el("b", {}, m.boot_interface), " · ",
-      el("span", {class: "badge mstate-" + m.state, id: "detail-state"}, m.state), " · ",
+      stateBadge(m, "detail-state"), " · ",
       m.total + " machines · created " + when(m.created_at) +
       (m.finished_at ? " · finished " + when(m.finished_at) : "") +
       (m.estimated_completion ? " · estimated completion " + when(m.estimated_completion) : "")));

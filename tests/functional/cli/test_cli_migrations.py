@@ -36,9 +36,10 @@ def test_watch_until_done_exit_0_plain_lines(mb, server):
     assert "\x1b" not in r.out  # not a terminal: plain lines, no redrawing
     lines = r.out.splitlines()
     assert all(migration["id"] in line for line in lines)
-    assert lines[-1].startswith(f"migration {migration['id']} done: done 3"), r
+    assert lines[-1].startswith(f"migration {migration['id']} done, succeeded: done 3"), r
     # the progress line of the final poll, then the summary
-    assert lines[-2].endswith(f"migration {migration['id']} done 100%: done 3"), r
+    assert lines[-2].endswith(f"migration {migration['id']} done, succeeded 100%: done 3; "
+                              f"3/3 machines finished"), r
     for mid in ids:
         assert server.request("GET", f"/v1/machines/{mid}").json()["boot_interface"] == \
             "fake-alt"
@@ -63,9 +64,21 @@ def test_watch_failed_migration_exit_1_names_the_machine(mb, server):
     assert r.code == 1, r
     assert f"{bad['id']}: rolled_back: fake-alt prepare: " in r.out and "disk full" in r.out
     assert ok["id"] + ":" not in r.out  # only failed machines are listed
+    assert f"migration {migration['id']} done, partially failed (1 of 2 machines failed): " \
+        "done 1, rolled_back 1" in r.out, r
     r = mb("migrations", "show", migration["id"], "--machines", "-o", "json")
-    per = {m["machine_id"]: m["state"] for m in json.loads(r.out)["machines"]}
+    shown = json.loads(r.out)
+    per = {m["machine_id"]: m["state"] for m in shown["machines"]}
     assert per == {ok["id"]: "done", bad["id"]: "rolled_back"}
+    assert (shown["state"], shown["result"], shown["failed"]) == ("done", "partially_failed", 1)
+    r = mb("migrations", "show", migration["id"])
+    assert "state                 done, partially failed (1 of 2 machines failed)\n" in r.out, r
+    r = mb("migrations", "list")
+    assert "done, partially failed (1 of 2 machines failed)" in r.out, r
+    r = mb("migrations", "list", "--result", "partially_failed", "-o", "json")
+    assert [m["id"] for m in json.loads(r.out)] == [migration["id"]], r
+    r = mb("migrations", "list", "--result", "failed", "-o", "json")
+    assert json.loads(r.out) == [], r
 
 
 def test_dry_run(mb, server):

@@ -1,7 +1,9 @@
 """The CLI without a server: usage errors, connection errors, help, config errors,
 and the progress display."""
 
+import datetime
 import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,14 +104,21 @@ MIGRATION = {"id": "m1", "boot_interface": "fake-alt", "state": "running", "tota
 def test_display_redraws_bars_per_step_on_a_terminal():
     stream = io.StringIO()
     display = Display(stream, tty=True)
-    display.update(MIGRATION)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=135)
+    display.update(dict(MIGRATION, estimated_completion=soon.isoformat().replace(
+        "+00:00", "Z")))
     first = stream.getvalue()
     assert "\x1b[2K" in first and "queued" in first and "awaiting_boot" in first
-    assert first.count("\n") == 4  # header + one line per step
-    display.update(dict(MIGRATION, counts={"done": 4}, progress=1.0, state="done"))
+    assert first.count("\n") == 5  # header + all machines + one line per step
+    # one bar of all machines, with counts and the time left
+    assert re.search(r"all +\[#+-+\]  25%  1/4 machines finished, ETA 2m1[45]s", first), first
+    display.update(dict(MIGRATION, counts={"done": 3, "rolled_back": 1}, progress=1.0,
+                        state="done", result="partially_failed", succeeded=3, failed=1))
     second = stream.getvalue()[len(first):]
-    assert second.startswith("\x1b[4F")  # back to the top of the block, then redraw
-    assert "100% of 4" in second and "[" + "#" * 10 in second
+    assert second.startswith("\x1b[5F")  # back to the top of the block, then redraw
+    assert "done, partially failed (1 of 4 machines failed)" in second
+    assert "100%  4/4 machines finished (1 failed)" in second and "ETA" not in second
+    assert "[" + "#" * 10 in second
 
 
 def test_display_prints_plain_lines_when_not_a_terminal():
@@ -117,11 +126,13 @@ def test_display_prints_plain_lines_when_not_a_terminal():
     display = Display(stream, tty=False)
     display.update(MIGRATION)
     display.update(MIGRATION)  # unchanged: no new line
-    display.update(dict(MIGRATION, counts={"done": 4}, state="done", progress=1.0))
+    display.update(dict(MIGRATION, counts={"done": 4}, state="done", progress=1.0,
+                        result="succeeded", succeeded=4, failed=0))
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and "\x1b" not in stream.getvalue()
-    assert lines[0].endswith("running 25%: queued 2, awaiting_boot 1, done 1")
-    assert lines[1].endswith("done 100%: done 4")
+    assert lines[0].endswith("running 25%: queued 2, awaiting_boot 1, done 1; "
+                             "1/4 machines finished")
+    assert lines[1].endswith("done, succeeded 100%: done 4; 4/4 machines finished")
 
 
 def test_console_script_is_installed():

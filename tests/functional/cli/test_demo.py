@@ -42,7 +42,7 @@ def test_demo_exit_completes_and_cleans_up(tmp_path, cli_env):
     assert elapsed < 180
     out = proc.stdout
     assert "Traceback" not in out + proc.stderr
-    assert "done: done 3" in out
+    assert "done, succeeded: done 3" in out
     results = [line.split() for line in out.splitlines() if "evidence: fetch" in line]
     assert len(results) == 3 and all(r[1] == "done" for r in results), out
     # the emulator was used: either the Redfish path or an explicit reason why not

@@ -62,12 +62,20 @@ def test_dashboard_in_headless_chromium(observed, chromium, read_png, tmp_path):
     assert 'data-state="rolled_back" data-count="1"' in dom
     assert 'data-state="awaiting_boot" data-count="1"' in dom
     assert READER not in dom  # the token left the address bar and the page
+    # a done migration with a rolled-back machine does not read as plain "done"
+    badge = re.search(r'<span class="badge mstate-done result-partially_failed" '
+                      r'data-state="done" data-result="partially_failed">([^<]*)</span>', dom)
+    assert badge and badge.group(1) == "done · partially failed (1 of 6 failed)", dom[-3000:]
+    assert re.search(r'<span class="badge mstate-running" data-state="running" '
+                     r'data-result="">running</span>', dom)
 
     # the finished migration: counts, the evidence histogram, the failure with its reason
     url = f"{base}#/migrations/{finished['id']}"
     dom = chromium(url, "--dump-dom")
     detail = dom[dom.index('id="migration-detail"'):]
     assert f'<code id="detail-id">{finished["id"]}</code>' in detail
+    assert 'id="detail-state" data-state="done" data-result="partially_failed">' \
+        'done · partially failed (1 of 6 failed)</span>' in detail
     assert 'id="evidence-histogram"' in detail and 'data-count="5"' in detail
     bars = re.findall(r'<rect class="bar"[^>]*data-count="(\d+)"', detail)
     assert bars and sum(int(n) for n in bars) == 5
