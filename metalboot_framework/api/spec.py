@@ -347,7 +347,8 @@ class _Document:
                 content["example"] = doc["example"]
         return {"required": True, "content": {"application/json": content}}
 
-    def operation(self, rule, method, doc, params):
+    def operation(self, doc, params):
+        """The operation object of one method of a view marked with ``doc``."""
         op = {"summary": doc["summary"], "description": doc["description"],
               "operationId": doc["operation_id"], "tags": doc["tags"], "responses": {}}
         parameters = list(params)
@@ -387,6 +388,7 @@ class _Document:
 
 
 def openapi_document(app):
+    """The OpenAPI 3 document of ``app``'s marked views, as a dict."""
     document = _Document()
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         view = app.view_functions.get(rule.endpoint)
@@ -396,7 +398,7 @@ def openapi_document(app):
         path = _PATH_PARAM.sub(r"{\1}", rule.rule)
         params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                   for name in _PATH_PARAM.findall(rule.rule)]
-        operations = {method.lower(): document.operation(rule, method, doc, params)
+        operations = {method.lower(): document.operation(doc, params)
                       for method in sorted(rule.methods - {"HEAD", "OPTIONS"})}
         document.spec.path(path=path, operations=operations)
     return document.spec.to_dict()
