@@ -20,7 +20,7 @@ from marshmallow import ValidationError, fields
 
 from metalboot_framework import __version__
 from metalboot_framework.api import auth
-from metalboot_framework.api.schemas import ErrorSchema, Timestamp
+from metalboot_framework.api.schemas import ErrorSchema, StrictSchema, Timestamp
 from metalboot_framework.exceptions import InvalidInput, MetalbootError
 
 ERROR_DESCRIPTIONS = {
@@ -244,6 +244,9 @@ SECURITY_SCHEMES = {
                                     "the body's token field."},
 }
 
+# A string without NUL characters, as a JSON Schema pattern.
+NUL_FREE = "^[^\\u0000]*$"
+
 LOCATION_HEADER = {"description": "The URL of the new resource.",
                    "schema": {"type": "string"}}
 
@@ -273,6 +276,18 @@ class _Converter(OpenAPIConverter):
 
     field_mapping = {**DEFAULT_FIELD_MAPPING, fields.Float: ("number", "double"),
                      Timestamp: ("string", "date-time")}
+
+    def init_attribute_functions(self):
+        super().init_attribute_functions()
+        self.attribute_functions.append(self.field2nul_free)
+
+    def field2nul_free(self, field, ret):
+        """A string of a request holds no NUL character (see reject_nul): said
+        as a pattern where the field has no pattern, enum or format of its own."""
+        if ret.get("type") == "string" and not {"pattern", "enum", "format"} & set(ret) \
+                and isinstance(getattr(field, "root", None), StrictSchema):
+            return {"pattern": NUL_FREE}
+        return {}
 
     def field2nullable(self, field, ret):
         if field.allow_none and "$ref" in ret:

@@ -321,3 +321,20 @@ def test_cmdline_pattern_is_in_the_document(spec):
 
 def test_patch_needs_a_field_in_the_schema(spec):
     assert spec["components"]["schemas"]["MachinePatch"]["minProperties"] == 1
+
+
+def test_request_strings_say_they_hold_no_nul(spec, api, partition):
+    """The server refuses a NUL character in any string of a request (no
+    database stores one); the document says so for every plain string."""
+    from metalboot_framework.api.spec import NUL_FREE
+    requests = [spec["components"]["schemas"][name] for name in (
+        "PartitionCreate", "PartitionPatch", "MachineCreate", "MachinePatch", "BmcIn",
+        "MigrationCreate", "BootReport")]
+    plain = [prop for schema in requests for prop in schema["properties"].values()
+             if prop.get("type") == "string" and not {"enum", "format"} & set(prop)]
+    assert len(plain) > 10 and all("pattern" in prop for prop in plain), plain
+    query = {p["name"]: p["schema"] for p in spec["paths"]["/v1/machines"]["get"]["parameters"]}
+    assert query["partition"]["pattern"] == NUL_FREE
+    assert re.search(NUL_FREE, "p\x00") is None and re.search(NUL_FREE, "p1\n")
+    r = api.get("/v1/machines?partition=p%00")
+    assert r.status_code == 422 and "partition" in r.json["error"]["fields"]
