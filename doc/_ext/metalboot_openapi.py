@@ -67,6 +67,8 @@ def _type_of(schema):
         return "any"
     if "$ref" in schema:
         return f":ref:`{_ref_name(schema['$ref'])} <openapi-schema-{_ref_name(schema['$ref'])}>`"
+    if len(schema.get("allOf", ())) == 1:  # a reference with its own description
+        return _type_of(schema["allOf"][0])
     if "oneOf" in schema or "anyOf" in schema:
         return " or ".join(_type_of(s) for s in schema.get("oneOf") or schema["anyOf"])
     kind = schema.get("type", "any")
@@ -128,6 +130,25 @@ def _heading(text, char):
     return [text, char * len(text), ""]
 
 
+def _authentication(doc, op):
+    """Who may call an operation: its own security, else the document's."""
+    schemes = {name for requirement in op.get("security", doc.get("security", []))
+               for name in requirement}
+    if not schemes:
+        return "none"
+    if "machineToken" in schemes:
+        return "the machine's per-machine token (as a bearer token or in the body)"
+    return "bearer token"
+
+
+def _examples(media):
+    """(title, value) of a request body's examples."""
+    if "example" in media:
+        return [("Example", media["example"])]
+    return [(f"Example ({name})", example["value"])
+            for name, example in media.get("examples", {}).items()]
+
+
 def render(doc):
     """reStructuredText lines for the whole document."""
     lines = []
@@ -143,16 +164,19 @@ def render(doc):
                 op = operations[method]
                 by_tag.setdefault((op.get("tags") or ["other"])[0], []).append(
                     (path, method, op))
-    for tag in sorted(by_tag):
+    described = {tag["name"]: tag.get("description", "") for tag in doc.get("tags", [])}
+    order = list(described) + sorted(set(by_tag) - set(described))
+    for tag in [t for t in order if t in by_tag]:
         lines += _heading(tag.replace("-", " ").capitalize(), "-")
+        if described.get(tag):
+            lines += [_escape(described[tag]), ""]
         for path, method, op in by_tag[tag]:
             lines += [f".. _openapi-{op['operationId']}:", ""]
             lines += _heading(f"{method.upper()} {path}", "~")
             description = inspect.cleandoc(op.get("description") or op.get("summary") or "")
             lines += description.splitlines() + [""]
-            auth = "none (per-machine token for boot reports)" if not op.get("security") \
-                else "bearer token"
-            lines += [f"**Authentication:** {auth}", ""]
+            lines += [f"**Authentication:** {_authentication(doc, op)}",
+                      "", f"**Operation id:** ``{op['operationId']}``", ""]
             params = op.get("parameters", [])
             rows = []
             for p in params:
@@ -166,14 +190,21 @@ def render(doc):
                 lines += ["**Parameters**", ""] + _table(rows, ("name", "type", "description"))
             body = op.get("requestBody")
             if body:
-                schema = body.get("content", {}).get("application/json", {}).get("schema", {})
-                lines += [f"**Request body** (JSON): {_type_of(schema)}", ""]
+                media = body.get("content", {}).get("application/json", {})
+                lines += [f"**Request body** (JSON): {_type_of(media.get('schema', {}))}", ""]
+                for title, value in _examples(media):
+                    lines += [f"{title}:", "", ".. code-block:: json", ""]
+                    lines += ["   " + line for line in json.dumps(value, indent=2).splitlines()]
+                    lines += [""]
             rows = []
             for status, answer in sorted(op.get("responses", {}).items()):
                 schema = (answer.get("content") or {}).get("application/json", {}).get(
                     "schema")
+                meaning = _escape(answer.get("description", "")) or "\u2014"
+                if answer.get("headers"):
+                    meaning += "; headers: " + ", ".join(f"``{h}``" for h in answer["headers"])
                 rows.append((f"``{status}``", _type_of(schema) if schema else "\u2014",
-                             _escape(answer.get("description", "")) or "\u2014"))
+                             meaning))
             lines += ["**Responses**", ""] + _table(rows, ("status", "body", "meaning"))
     lines += _heading("Schemas", "-")
     for name, schema in sorted(doc.get("components", {}).get("schemas", {}).items()):
@@ -182,7 +213,10 @@ def render(doc):
         if schema.get("description"):
             lines += [_escape(schema["description"]), ""]
         properties = schema.get("properties")
-        if properties:
+        if "oneOf" in schema and not properties:
+            lines += ["One of: " + ", ".join(_type_of(choice) for choice in schema["oneOf"]),
+                      ""]
+        elif properties:
             lines += _table(_field_rows(properties, schema.get("required", ())),
                             ("field", "type", "description"))
         else:

@@ -91,10 +91,10 @@ def partition_artifact(partition_id, interface, name):
 
 
 @bp.post("/v1/machines/<machine_id>/boot-report")
-@endpoint(role=None, body=schemas.BootReportSchema,
+@endpoint(role="machine", body=schemas.BootReportSchema,
           responses={201: schemas.BootReportResultSchema}, extra_errors=(401,),
-          tags=["boot"])
-def boot_report(machine_id, body):
+          tags=["boot"], example={"boot_interface": "fake", "message": "booted"})
+def report_boot(machine_id, body):
     """A booted machine reports in, with the per-machine token its boot carried.
 
     The token comes as a bearer token or in the body; it is the one in the

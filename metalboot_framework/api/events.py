@@ -13,7 +13,7 @@ bp = Blueprint("events", __name__)
 @bp.get("/v1/events")
 @endpoint(query=schemas.FeedQuerySchema, responses={200: schemas.EventListSchema},
           tags=["events"])
-def feed(query):
+def list_events(query):
     """Events after cursor ``since``, oldest first; poll with the answer's next_cursor.
 
     A poller that always passes the last next_cursor sees every event exactly once.

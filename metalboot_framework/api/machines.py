@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, jsonify, url_for
 
 from metalboot_framework import inventory
 from metalboot_framework.api import schemas
-from metalboot_framework.api.spec import current_services, endpoint
+from metalboot_framework.api.spec import OneOf, current_services, endpoint
 from metalboot_framework.exceptions import BootInterfaceError, InvalidInput, ValidationFailed
 from metalboot_framework.steploop import call_blocking
 
@@ -44,8 +44,16 @@ def list_machines(query):
 
 @bp.post("/v1/machines")
 @endpoint(role="admin", body=schemas.MachineCreateSchema, body_many=10000,
-          responses={201: schemas.MachineCreatedSchema}, extra_errors=(409,),
-          tags=["machines"])
+          responses={201: OneOf("MachineCreateResponse", schemas.MachineSchema,
+                                schemas.MachineCreatedSchema,
+                                description="One object registered: the Machine; a list: "
+                                            "MachineCreated.")},
+          extra_errors=(409,), tags=["machines"], location=True, example={
+              "id": "4c4c4544-0000-1000-8000-000000000001", "partition": "p1",
+              "bmc": {"address": "https://10.0.0.1", "username": "root",
+                      "password": "secret"},
+              "nics": [{"mac": "52:54:00:00:00:01"}], "boot_mode": "uefi",
+              "properties": {"rack": "r1"}})
 def create_machines(body, many):
     """Register one machine (an object) or many (a list), all or nothing.
 
@@ -74,7 +82,8 @@ def get_machine(machine_id):
 
 @bp.patch("/v1/machines/<machine_id>")
 @endpoint(role="admin", body=schemas.MachinePatchSchema,
-          responses={200: schemas.MachineSchema}, extra_errors=(409,), tags=["machines"])
+          responses={200: schemas.MachineSchema}, extra_errors=(409,), tags=["machines"],
+          example={"state": "maintenance"})
 def patch_machine(machine_id, body):
     """Change fields of a machine; 409 while it is locked or migrating."""
     return jsonify(inventory.patch_machine(current_services(), machine_id, body))
@@ -97,7 +106,8 @@ def delete_machine(machine_id, query):
 
 @bp.post("/v1/machines/<machine_id>/validate")
 @endpoint(role="admin", body=schemas.ValidateRequestSchema,
-          responses={200: schemas.ValidateResultSchema}, tags=["machines"])
+          responses={200: schemas.ValidateResultSchema}, tags=["machines"],
+          example={"boot_interface": "fake"})
 def validate_machine(machine_id, body):
     """Ask a boot interface whether the machine can use it; changes nothing."""
     services = current_services()
@@ -123,7 +133,7 @@ def validate_machine(machine_id, body):
 @bp.get("/v1/machines/<machine_id>/events")
 @endpoint(query=schemas.EventQuerySchema, responses={200: schemas.EventListSchema},
           tags=["machines"])
-def machine_events(machine_id, query):
+def list_machine_events(machine_id, query):
     """The machine's append-only history, oldest first, after cursor ``since``."""
     events, cursor = inventory.machine_events(current_services(), machine_id,
                                               since=query["since"], limit=_page_size(query))
@@ -133,7 +143,7 @@ def machine_events(machine_id, query):
 @bp.get("/v1/machines/<machine_id>/evidence")
 @endpoint(query=schemas.EventQuerySchema, responses={200: schemas.EvidenceListSchema},
           tags=["machines"])
-def machine_evidence(machine_id, query):
+def list_machine_evidence(machine_id, query):
     """Every fetch of the machine's own artifacts and every boot report, oldest
     first, after cursor ``since``: proof of how it booted, in or out of migrations."""
     evidence, cursor = inventory.machine_evidence(current_services(), machine_id,

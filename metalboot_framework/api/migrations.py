@@ -15,7 +15,10 @@ def _limit(query):
 
 @bp.post("/v1/migrations")
 @endpoint(role="admin", body=schemas.MigrationCreateSchema,
-          responses={202: schemas.MigrationSchema}, extra_errors=(409,), tags=["migrations"])
+          responses={202: schemas.MigrationSchema}, extra_errors=(409,), tags=["migrations"],
+          location=True, example={"selector": {"partition": "p1", "state": "ready"},
+                                  "boot_interface": "fake", "max_parallel": 20,
+                                  "max_failures": "5%", "canary": 2})
 def create_migration(body):
     """Start moving the selected machines to a boot interface (202: it runs in the
     conductor). 409 names machines that already belong to an active migration."""
@@ -46,7 +49,7 @@ def get_migration(migration_id):
 @bp.get("/v1/migrations/<migration_id>/machines")
 @endpoint(query=schemas.MigrationMachineQuerySchema,
           responses={200: schemas.MigrationMachineListSchema}, tags=["migrations"])
-def migration_machines(migration_id, query):
+def list_migration_machines(migration_id, query):
     """Each machine's step, last error and boot evidence, in migration order."""
     items, marker = migrations.machines(current_services(), migration_id,
                                         state=query.get("state"), limit=_limit(query),

@@ -18,7 +18,12 @@ def list_partitions():
 
 @bp.post("/v1/partitions")
 @endpoint(role="admin", body=schemas.PartitionCreateSchema,
-          responses={201: schemas.PartitionSchema}, extra_errors=(409,), tags=["partitions"])
+          responses={201: schemas.PartitionSchema}, extra_errors=(409,), tags=["partitions"],
+          location=True, example={
+              "id": "p1", "description": "rack row 1",
+              "boot": {"kernel_url": "http://images.example/metal-hammer/vmlinuz",
+                       "initrd_url": "http://images.example/metal-hammer/initrd.img",
+                       "cmdline": "console=ttyS0", "metal_hammer_version": "v0.13.0"}})
 def create_partition(body):
     """Create a partition with its boot configuration."""
     created = inventory.create_partition(current_services(), body)
@@ -35,7 +40,8 @@ def get_partition(partition_id):
 
 @bp.patch("/v1/partitions/<partition_id>")
 @endpoint(role="admin", body=schemas.PartitionPatchSchema,
-          responses={200: schemas.PartitionSchema}, tags=["partitions"])
+          responses={200: schemas.PartitionSchema}, tags=["partitions"],
+          example={"boot": {"cmdline": "console=ttyS0,115200"}})
 def patch_partition(partition_id, body):
     """Change a partition's boot configuration; machines boot with it from now on."""
     return jsonify(inventory.update_partition(current_services(), partition_id, body))

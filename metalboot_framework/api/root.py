@@ -37,7 +37,7 @@ def index():
 
 @bp.get("/v1")
 @endpoint(role=None, responses={200: schemas.RootSchema}, tags=["root"])
-def root():
+def get_root():
     """Name, version and the collections of this API."""
     return jsonify({"name": "metalboot", "version": __version__, "links": {
         "openapi": "/v1/openapi.json", "boot_interfaces": "/v1/boot-interfaces",

@@ -35,6 +35,21 @@ class StrictSchema(Schema):
         unknown = RAISE
 
 
+# Answers: the handlers build plain dicts; these schemas describe them for the
+# OpenAPI document. A field the answer always carries is required=True (null
+# where allow_none), so that a generated client may rely on it.
+ALWAYS = {"required": True}
+
+
+class Timestamp(fields.String):
+    """A UTC time as the API writes it: RFC 3339, milliseconds, ``Z``
+    (``format: date-time`` in the document)."""
+
+
+# A cursor or a row id: beyond 32 bits in a long-lived database.
+INT64 = {"format": "int64"}
+
+
 class JsonInteger(fields.Integer):
     """An integer in a JSON body: 5, not "5" or 5.5 (query strings use
     fields.Integer, which parses their text)."""
@@ -65,13 +80,38 @@ def _one_word(text):
 class FullMatch(validate.Regexp):
     """:class:`validate.Regexp` over the whole value. ``Regexp`` uses
     ``re.match``, whose ``$`` also matches before a final newline: "p1\\n" would
-    pass ``^...$``. The pattern stays as written for the OpenAPI document
-    (where ``$`` ends the value)."""
+    pass ``^...$``. Every ``$`` of the pattern is written ``(?![\\s\\S])`` (the
+    end of the text in Python and in JSON Schema's ECMA-262 alike), so that the
+    pattern the OpenAPI document shows, which generated clients and
+    schemathesis use, allows exactly what the server accepts."""
+
+    def __init__(self, pattern, *args, **kwargs):
+        super().__init__(exact_end(pattern), *args, **kwargs)
 
     def __call__(self, value):
         if self.regex.fullmatch(value) is None:
             raise ValidationError(self._format_error(value))
         return value
+
+
+def exact_end(pattern):
+    """``pattern`` with each unescaped ``$`` outside a character class written
+    as ``(?![\\s\\S])``."""
+    out, escaped, in_class = [], False, False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append(r"(?![\s\S])")
+            continue
+        out.append(char)
+    return "".join(out)
 
 
 def grammar(rule):
@@ -249,18 +289,26 @@ class PartitionPatchSchema(StrictSchema):
     properties = Properties(keys=fields.String())
 
 
+class PartitionBootSchema(Schema):
+    kernel_url = fields.String(allow_none=True, **ALWAYS)
+    initrd_url = fields.String(allow_none=True, **ALWAYS)
+    cmdline = fields.String(**ALWAYS, metadata={"description": "Empty when not set."})
+    metal_boot_url = fields.String(allow_none=True, **ALWAYS)
+    metal_hammer_version = fields.String(allow_none=True, **ALWAYS)
+
+
 class PartitionSchema(Schema):
-    id = fields.String()
-    description = fields.String()
-    boot = fields.Nested(BootConfigSchema)
-    properties = fields.Dict()
-    machine_count = fields.Integer()
-    created_at = fields.String()
-    updated_at = fields.String(allow_none=True)
+    id = fields.String(**ALWAYS)
+    description = fields.String(**ALWAYS)
+    boot = fields.Nested(PartitionBootSchema, **ALWAYS)
+    properties = fields.Dict(keys=fields.String(), **ALWAYS)
+    machine_count = fields.Integer(**ALWAYS)
+    created_at = Timestamp(**ALWAYS)
+    updated_at = Timestamp(allow_none=True, **ALWAYS)
 
 
 class PartitionListSchema(Schema):
-    partitions = fields.List(fields.Nested(PartitionSchema))
+    partitions = fields.List(fields.Nested(PartitionSchema), **ALWAYS)
 
 
 # -- machines -----------------------------------------------------------------
@@ -278,10 +326,10 @@ class BmcPatchSchema(BmcInSchema):
 
 
 class BmcOutSchema(Schema):
-    address = fields.String()
-    username = fields.String(allow_none=True)
-    verify_tls = fields.Boolean()
-    password_set = fields.Boolean()
+    address = fields.String(**ALWAYS)
+    username = fields.String(allow_none=True, **ALWAYS)
+    verify_tls = fields.Boolean(**ALWAYS)
+    password_set = fields.Boolean(**ALWAYS)
 
 
 class NicSchema(StrictSchema):
@@ -291,6 +339,13 @@ class NicSchema(StrictSchema):
     duid = Duid(allow_none=True, metadata={"description": "DHCPv6 DUID of the NIC's firmware."})
     ipv4_address = Ipv4(allow_none=True)
     ipv6_address = Ipv6(allow_none=True)
+
+
+class NicOutSchema(Schema):
+    mac = fields.String(**ALWAYS, metadata={"description": "Lowercase, ':' separated."})
+    duid = fields.String(allow_none=True, **ALWAYS)
+    ipv4_address = fields.String(allow_none=True, **ALWAYS)
+    ipv6_address = fields.String(allow_none=True, **ALWAYS)
 
 
 def _unique_nics(nics):
@@ -322,6 +377,9 @@ class MachineCreateSchema(StrictSchema):
 
 
 class MachinePatchSchema(StrictSchema):
+    class Meta(StrictSchema.Meta):
+        openapi = {"minProperties": 1}
+
     partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     bmc = fields.Nested(BmcPatchSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
@@ -343,50 +401,50 @@ class MachinePatchSchema(StrictSchema):
 
 
 class LockSchema(Schema):
-    holder = fields.String()
-    since = fields.String()
+    holder = fields.String(**ALWAYS)
+    since = Timestamp(**ALWAYS)
 
 
 class MachineMigrationSchema(Schema):
-    id = fields.String()
-    step = fields.String()
-    target_boot_interface = fields.String()
-    last_error = fields.String(allow_none=True)
+    id = fields.String(**ALWAYS)
+    step = fields.String(**ALWAYS)
+    target_boot_interface = fields.String(**ALWAYS)
+    last_error = fields.String(allow_none=True, **ALWAYS)
 
 
 class MachineSchema(Schema):
-    id = fields.String()
-    partition = fields.String()
-    bmc = fields.Nested(BmcOutSchema, allow_none=True)
-    nics = fields.List(fields.Nested(NicSchema))
-    boot_interface = fields.String()
-    boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES))
-    state = fields.String(validate=validate.OneOf(MACHINE_STATES), metadata={
+    id = fields.String(**ALWAYS)
+    partition = fields.String(**ALWAYS)
+    bmc = fields.Nested(BmcOutSchema, allow_none=True, **ALWAYS)
+    nics = fields.List(fields.Nested(NicOutSchema), **ALWAYS)
+    boot_interface = fields.String(**ALWAYS)
+    boot_mode = fields.String(validate=validate.OneOf(BOOT_MODES), **ALWAYS)
+    state = fields.String(validate=validate.OneOf(MACHINE_STATES), **ALWAYS, metadata={
         "description": "enrolling until the conductor has prepared the boot interface "
                        "(DHCP entries, BMC settings), then ready; error names its cause "
                        "in last_error."})
-    prepared_interface = fields.String(allow_none=True, metadata={
+    prepared_interface = fields.String(allow_none=True, **ALWAYS, metadata={
         "description": "The boot interface the machine is prepared for (null: not yet)."})
-    last_error = fields.String(allow_none=True, metadata={
+    last_error = fields.String(allow_none=True, **ALWAYS, metadata={
         "description": "Why the last enrolment failed, or why the machine is in error."})
-    properties = fields.Dict()
-    lock = fields.Nested(LockSchema, allow_none=True)
-    migration = fields.Nested(MachineMigrationSchema, allow_none=True)
-    drift = fields.List(fields.String(), allow_none=True)
-    drift_checked_at = fields.String(allow_none=True)
-    created_at = fields.String()
-    updated_at = fields.String(allow_none=True)
+    properties = fields.Dict(keys=fields.String(), **ALWAYS)
+    lock = fields.Nested(LockSchema, allow_none=True, **ALWAYS)
+    migration = fields.Nested(MachineMigrationSchema, allow_none=True, **ALWAYS)
+    drift = fields.List(fields.String(), allow_none=True, **ALWAYS)
+    drift_checked_at = Timestamp(allow_none=True, **ALWAYS)
+    created_at = Timestamp(**ALWAYS)
+    updated_at = Timestamp(allow_none=True, **ALWAYS)
 
 
 class MachineListSchema(Schema):
-    machines = fields.List(fields.Nested(MachineSchema))
-    next_marker = fields.String(allow_none=True, metadata={
+    machines = fields.List(fields.Nested(MachineSchema), **ALWAYS)
+    next_marker = fields.String(allow_none=True, **ALWAYS, metadata={
         "description": "Pass as marker to get the next page; null on the last page."})
 
 
 class MachineCreatedSchema(Schema):
-    machines = fields.List(fields.Nested(MachineSchema))
-    count = fields.Integer()
+    machines = fields.List(fields.Nested(MachineSchema), **ALWAYS)
+    count = fields.Integer(**ALWAYS)
 
 
 class MachineListQuerySchema(StrictSchema):
@@ -403,30 +461,35 @@ class ValidateRequestSchema(StrictSchema):
         "description": "Defaults to the machine's current boot interface."})
 
 
+def field_messages(**kwargs):
+    """What ``fields`` of an error holds: messages by field name."""
+    return fields.Dict(keys=fields.String(), values=fields.List(fields.String()), **kwargs)
+
+
 class ValidateResultSchema(Schema):
-    machine_id = fields.String()
-    boot_interface = fields.String()
-    valid = fields.Boolean()
-    reason = fields.String(allow_none=True)
-    fields_ = fields.Dict(data_key="fields")
+    machine_id = fields.String(**ALWAYS)
+    boot_interface = fields.String(**ALWAYS)
+    valid = fields.Boolean(**ALWAYS)
+    reason = fields.String(allow_none=True, **ALWAYS)
+    fields_ = field_messages(data_key="fields", **ALWAYS)
 
 
 # -- events -------------------------------------------------------------------
 
 class EventSchema(Schema):
-    id = fields.Integer()
-    kind = fields.String()
-    message = fields.String()
-    machine_id = fields.String(allow_none=True)
-    migration_id = fields.String(allow_none=True)
-    data = fields.Dict(allow_none=True)
-    created_at = fields.String()
+    id = fields.Integer(**ALWAYS, metadata=INT64)
+    kind = fields.String(**ALWAYS)
+    message = fields.String(**ALWAYS)
+    machine_id = fields.String(allow_none=True, **ALWAYS)
+    migration_id = fields.String(allow_none=True, **ALWAYS)
+    data = fields.Dict(keys=fields.String(), allow_none=True, **ALWAYS)
+    created_at = Timestamp(**ALWAYS)
 
 
 class EventListSchema(Schema):
-    events = fields.List(fields.Nested(EventSchema))
-    next_cursor = fields.Integer(metadata={
-        "description": "Pass as since= to get the events after these."})
+    events = fields.List(fields.Nested(EventSchema), **ALWAYS)
+    next_cursor = fields.Integer(**ALWAYS, metadata={
+        **INT64, "description": "Pass as since= to get the events after these."})
 
 
 class MachineDeleteQuerySchema(StrictSchema):
@@ -436,29 +499,31 @@ class MachineDeleteQuerySchema(StrictSchema):
 
 
 class EventQuerySchema(StrictSchema):
-    since = fields.Integer(validate=validate.Range(min=0, max=MAX_CURSOR), load_default=0)
+    since = fields.Integer(validate=validate.Range(min=0, max=MAX_CURSOR), load_default=0,
+                           metadata=INT64)
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
 
 
 # -- boot interfaces ----------------------------------------------------------
 
 class PropertyDocSchema(Schema):
-    description = fields.String()
-    required = fields.Boolean()
+    description = fields.String(**ALWAYS)
+    required = fields.Boolean(**ALWAYS)
 
 
 class BootInterfaceSchema(Schema):
-    name = fields.String()
-    description = fields.String()
-    default = fields.Boolean()
-    capabilities = fields.List(fields.String())
-    properties = fields.Dict(keys=fields.String(), values=fields.Nested(PropertyDocSchema))
-    evidence_artifacts = fields.List(fields.String())
-    accepts_boot_report = fields.Boolean()
+    name = fields.String(**ALWAYS)
+    description = fields.String(**ALWAYS)
+    default = fields.Boolean(**ALWAYS)
+    capabilities = fields.List(fields.String(), **ALWAYS)
+    properties = fields.Dict(keys=fields.String(), values=fields.Nested(PropertyDocSchema),
+                             **ALWAYS)
+    evidence_artifacts = fields.List(fields.String(), **ALWAYS)
+    accepts_boot_report = fields.Boolean(**ALWAYS)
 
 
 class BootInterfaceListSchema(Schema):
-    boot_interfaces = fields.List(fields.Nested(BootInterfaceSchema))
+    boot_interfaces = fields.List(fields.Nested(BootInterfaceSchema), **ALWAYS)
 
 
 class BootReportSchema(StrictSchema):
@@ -471,24 +536,28 @@ class BootReportSchema(StrictSchema):
 
 
 class BootReportResultSchema(Schema):
-    machine_id = fields.String()
-    evidence_id = fields.Integer()
+    machine_id = fields.String(**ALWAYS)
+    evidence_id = fields.Integer(**ALWAYS, metadata=INT64)
 
 
 class RootSchema(Schema):
-    name = fields.String()
-    version = fields.String()
-    links = fields.Dict()
+    name = fields.String(**ALWAYS)
+    version = fields.String(**ALWAYS)
+    links = fields.Dict(keys=fields.String(), values=fields.String(), **ALWAYS, metadata={
+        "description": "Path of each collection, by name."})
 
 
 class ErrorBodySchema(Schema):
-    code = fields.Integer()
-    message = fields.String()
-    fields_ = fields.Dict(data_key="fields")
+    code = fields.Integer(**ALWAYS, metadata={"description": "The HTTP status code."})
+    message = fields.String(**ALWAYS)
+    fields_ = field_messages(data_key="fields", **ALWAYS, metadata={
+        "description": "Messages by field (a dotted path into the body, a query "
+                       "parameter, or _schema for the body as a whole); empty if the "
+                       "error is not about fields."})
 
 
 class ErrorSchema(Schema):
-    error = fields.Nested(ErrorBodySchema)
+    error = fields.Nested(ErrorBodySchema, **ALWAYS)
 
 
 # -- migrations -----------------------------------------------------------------
@@ -520,8 +589,22 @@ class MaxFailures(fields.Field):
 
 
 class SelectorSchema(StrictSchema):
+    class Meta(StrictSchema.Meta):
+        # machines xor partition, and the filters with partition only (see
+        # _one_kind), as JSON Schema: generated clients keep one plain type
+        openapi = {
+            "description": "Give either machines or partition (boot_interface and state "
+                           "filter a partition).",
+            "not": {"anyOf": [
+                {"required": ["machines", "partition"]},
+                {"required": ["machines", "boot_interface"]},
+                {"required": ["machines", "state"]},
+                {"not": {"anyOf": [{"required": ["machines"]}, {"required": ["partition"]}]}},
+            ]}}
+
     machines = fields.List(MachineId(), validate=validate.Length(min=1, max=10000),
-                           metadata={"description": "Machine ids; or give partition."})
+                           metadata={"description": "Machine ids; or give partition.",
+                                     "uniqueItems": True})
     partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "With partition: only machines now on this boot interface."})
@@ -563,41 +646,56 @@ class MigrationCreateSchema(StrictSchema):
         "description": "Validate every selected machine against the target; change nothing."})
 
 
+class MaxFailuresOutSchema(Schema):
+    count = fields.Integer(metadata={"description": "A number of machines."})
+    percent = fields.Float(metadata={"description": "A share of the machines, in percent."})
+
+
+class MigrationOptionsSchema(Schema):
+    max_parallel = fields.Integer(**ALWAYS)
+    max_failures = fields.Nested(MaxFailuresOutSchema, allow_none=True, **ALWAYS, metadata={
+        "description": "count or percent; null: no limit."})
+    canary = fields.Integer(**ALWAYS)
+    dry_run = fields.Boolean(**ALWAYS)
+    boot_timeout = fields.Integer(**ALWAYS, metadata={"description": "Seconds."})
+
+
 class MigrationSchema(Schema):
-    id = fields.String()
-    state = fields.String(validate=validate.OneOf(MIGRATION_STATES), metadata={
+    id = fields.String(**ALWAYS)
+    state = fields.String(validate=validate.OneOf(MIGRATION_STATES), **ALWAYS, metadata={
         "description": "running, paused, cancelling; halting (past its failure budget or "
                        "with a failed canary: nothing new starts, machines in flight carry "
                        "on) until those machines have ended, then halted; done, halted and "
                        "cancelled are final. The state does not say how the machines "
                        "fared: see result."})
     result = fields.String(allow_none=True, validate=validate.OneOf(MIGRATION_RESULTS),
+                           **ALWAYS,
                            metadata={"description": "Set once the state is final: succeeded "
                                      "(no machine failed), partially_failed (some failed, "
                                      "some succeeded), failed (machines failed, none "
                                      "succeeded), not_run (all cancelled or skipped). "
                                      "null while the migration is live."})
-    succeeded = fields.Integer(metadata={
+    succeeded = fields.Integer(**ALWAYS, metadata={
         "description": "Machines that ended done (valid, in a dry run)."})
-    failed = fields.Integer(metadata={
+    failed = fields.Integer(**ALWAYS, metadata={
         "description": "Machines that ended rolled_back, rollback_failed or invalid."})
-    boot_interface = fields.String()
-    selector = fields.Dict()
-    options = fields.Dict()
-    total = fields.Integer()
-    counts = fields.Dict(keys=fields.String(), values=fields.Integer(), metadata={
+    boot_interface = fields.String(**ALWAYS)
+    selector = fields.Nested(SelectorSchema, **ALWAYS)
+    options = fields.Nested(MigrationOptionsSchema, **ALWAYS)
+    total = fields.Integer(**ALWAYS)
+    counts = fields.Dict(keys=fields.String(), values=fields.Integer(), **ALWAYS, metadata={
         "description": "Machines per step."})
-    progress = fields.Float(metadata={"description": "Share of machines finished, 0..1."})
-    reason = fields.String(allow_none=True)
-    created_at = fields.String()
-    started_at = fields.String(allow_none=True)
-    finished_at = fields.String(allow_none=True)
-    estimated_completion = fields.String(allow_none=True)
+    progress = fields.Float(**ALWAYS, metadata={"description": "Share of machines finished, 0..1."})
+    reason = fields.String(allow_none=True, **ALWAYS)
+    created_at = Timestamp(**ALWAYS)
+    started_at = Timestamp(allow_none=True, **ALWAYS)
+    finished_at = Timestamp(allow_none=True, **ALWAYS)
+    estimated_completion = Timestamp(allow_none=True, **ALWAYS)
 
 
 class MigrationListSchema(Schema):
-    migrations = fields.List(fields.Nested(MigrationSchema))
-    next_marker = fields.String(allow_none=True)
+    migrations = fields.List(fields.Nested(MigrationSchema), **ALWAYS)
+    next_marker = fields.String(allow_none=True, **ALWAYS)
 
 
 class MigrationListQuerySchema(StrictSchema):
@@ -609,52 +707,54 @@ class MigrationListQuerySchema(StrictSchema):
 
 
 class EvidenceSchema(Schema):
-    id = fields.Integer()
-    interface = fields.String(metadata={"description": "The boot interface fetched through."})
-    kind = fields.String(metadata={"description": "fetch (of a per-machine artifact) or "
-                                                  "report (a boot report)."})
-    path = fields.String()
-    client_address = fields.String(allow_none=True)
-    created_at = fields.String()
+    id = fields.Integer(**ALWAYS, metadata=INT64)
+    interface = fields.String(**ALWAYS, metadata={
+        "description": "The boot interface fetched through."})
+    kind = fields.String(**ALWAYS, metadata={"description": "fetch (of a per-machine artifact) or "
+                                                       "report (a boot report)."})
+    path = fields.String(**ALWAYS)
+    client_address = fields.String(allow_none=True, **ALWAYS)
+    created_at = Timestamp(**ALWAYS)
 
 
 class EvidenceListSchema(Schema):
-    evidence = fields.List(fields.Nested(EvidenceSchema))
-    next_cursor = fields.Integer(metadata={
-        "description": "Pass as since= to get the evidence recorded after this."})
+    evidence = fields.List(fields.Nested(EvidenceSchema), **ALWAYS)
+    next_cursor = fields.Integer(**ALWAYS, metadata={
+        **INT64, "description": "Pass as since= to get the evidence recorded after this."})
 
 
 class MigrationMachineSchema(Schema):
-    machine_id = fields.String()
-    position = fields.Integer()
-    canary = fields.Boolean()
-    source_boot_interface = fields.String()
-    state = fields.String(validate=validate.OneOf(MACHINE_STEPS))
-    attempt = fields.Integer()
-    last_error = fields.String(allow_none=True)
-    started_at = fields.String(allow_none=True)
-    activated_at = fields.String(allow_none=True)
-    finished_at = fields.String(allow_none=True)
-    evidence = fields.Nested(EvidenceSchema, allow_none=True)
-    seconds_to_evidence = fields.Float(allow_none=True)
+    machine_id = fields.String(**ALWAYS)
+    position = fields.Integer(**ALWAYS)
+    canary = fields.Boolean(**ALWAYS)
+    source_boot_interface = fields.String(**ALWAYS)
+    state = fields.String(validate=validate.OneOf(MACHINE_STEPS), **ALWAYS)
+    attempt = fields.Integer(**ALWAYS)
+    last_error = fields.String(allow_none=True, **ALWAYS)
+    started_at = Timestamp(allow_none=True, **ALWAYS)
+    activated_at = Timestamp(allow_none=True, **ALWAYS)
+    finished_at = Timestamp(allow_none=True, **ALWAYS)
+    evidence = fields.Nested(EvidenceSchema, allow_none=True, **ALWAYS)
+    seconds_to_evidence = fields.Float(allow_none=True, **ALWAYS)
 
 
 class MigrationMachineListSchema(Schema):
-    machines = fields.List(fields.Nested(MigrationMachineSchema))
-    next_marker = fields.Integer(allow_none=True, metadata={
+    machines = fields.List(fields.Nested(MigrationMachineSchema), **ALWAYS)
+    next_marker = fields.Integer(allow_none=True, **ALWAYS, metadata={
         "description": "Position of the last machine of this page."})
 
 
 class MigrationMachineQuerySchema(StrictSchema):
     state = fields.String(validate=validate.OneOf(MACHINE_STEPS))
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
-    marker = fields.Integer(validate=validate.Range(min=-1, max=MAX_CURSOR))
+    marker = fields.Integer(validate=validate.Range(min=-1, max=MAX_CURSOR), metadata=INT64)
 
 
 class FeedQuerySchema(StrictSchema):
     since = fields.Integer(validate=validate.Range(min=0, max=MAX_CURSOR), load_default=0,
-                           metadata={
-        "description": "Cursor: the next_cursor of the previous answer (0: from the start)."})
+                           metadata={**INT64, "description": "Cursor: the next_cursor of the "
+                                                             "previous answer (0: from the "
+                                                             "start)."})
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     machine_id = fields.String(validate=validate.Length(max=64))
     migration_id = fields.String(validate=validate.Length(max=64))

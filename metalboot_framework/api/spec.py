@@ -12,13 +12,15 @@ import math
 import re
 
 from apispec import APISpec
-from apispec.ext.marshmallow import MarshmallowPlugin
+from apispec.ext.marshmallow import MarshmallowPlugin, OpenAPIConverter
+from apispec.ext.marshmallow.common import resolve_schema_cls
+from apispec.ext.marshmallow.field_converter import DEFAULT_FIELD_MAPPING
 from flask import current_app, g, request
-from marshmallow import ValidationError
+from marshmallow import ValidationError, fields
 
 from metalboot_framework import __version__
 from metalboot_framework.api import auth
-from metalboot_framework.api.schemas import ErrorSchema
+from metalboot_framework.api.schemas import ErrorSchema, StrictSchema, Timestamp
 from metalboot_framework.exceptions import InvalidInput, MetalbootError
 
 ERROR_DESCRIPTIONS = {
@@ -31,6 +33,11 @@ ERROR_DESCRIPTIONS = {
     415: "Body is not application/json",
     422: "Invalid input; error.fields names each field",
 }
+
+
+# Who may call an endpoint: a bearer token of a role, anyone, or a booted
+# machine with its per-machine token (which the view checks).
+ROLES = ("reader", "admin", None, "machine")
 
 
 class BadRequest(MetalbootError):
@@ -115,7 +122,7 @@ def _bad_text(value, path="", depth=0):
         name = f"{path}.{key}" if path else str(key)
         problem = _text_problem(key) if isinstance(key, str) else None
         if problem:
-            return name.encode("utf-8", "backslashreplace").decode("ascii"), problem
+            return name.encode("utf-8", "backslashreplace").decode("utf-8"), problem
         found = _bad_text(item, name, depth + 1)
         if found:
             return found
@@ -173,14 +180,24 @@ def json_body():
 
 
 def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=None,
-             summary="", tags=(), success=200, extra_errors=()):
-    """Mark a view. ``body_many``: the body may also be a list of ``body`` items,
-    up to that many (then ``body`` is passed as a list and ``many=True``)."""
+             summary="", tags=(), success=200, extra_errors=(), example=None, location=False):
+    """Mark a view.
+
+    ``role``: "reader" or "admin" (a bearer token of that role), None (no
+    token), or "machine" (the view checks the per-machine token itself).
+    ``body_many``: the body may also be a list of ``body`` items, up to that
+    many (then ``body`` is passed as a list and ``many=True``). ``example``: a
+    valid request body, shown in the document (and sent by schemathesis).
+    ``location``: the 2xx answer names the new resource in ``Location``.
+    A response schema may be a :class:`OneOf` of schemas.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is none of {ROLES}")
 
     def decorate(view):
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            if role is not None:
+            if role in ("reader", "admin"):
                 auth.require(role)
             if body is not None:
                 data = json_body()
@@ -216,7 +233,8 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
                                responses=responses or {}, summary=summary or
                                (view.__doc__ or "").strip().split("\n")[0], tags=list(tags),
                                description=(view.__doc__ or "").strip(), success=success,
-                               extra_errors=extra_errors)
+                               extra_errors=extra_errors, example=example, location=location,
+                               operation_id=_camel_case(view.__name__))
         return wrapper
 
     return decorate
@@ -224,14 +242,193 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
 
 _PATH_PARAM = re.compile(r"<(?:[a-z_]+:)?([a-z_]+)>")
 
+# The groups of operations, in the order a reader meets them.
+TAGS = (
+    {"name": "root", "description": "The API's name, version and collections."},
+    {"name": "boot-interfaces", "description": "The boot interfaces this deployment offers."},
+    {"name": "partitions", "description": "Partitions and the boot configuration (kernel, "
+                                          "initrd, command line) their machines boot with."},
+    {"name": "machines", "description": "Registration, inventory, validation and the history "
+                                        "(events, boot evidence) of machines."},
+    {"name": "migrations", "description": "Move machines between boot interfaces with proof "
+                                          "of every boot; pause, resume, cancel."},
+    {"name": "events", "description": "Every machine and migration event, behind a stable "
+                                      "cursor."},
+    {"name": "boot", "description": "What a booted machine calls, with the per-machine token "
+                                    "its boot carried."},
+)
+
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer",
+               "description": "An admin token ([api] admin_tokens) may change things, a "
+                              "reader token ([api] reader_tokens) may only read."},
+    "machineToken": {"type": "http", "scheme": "bearer",
+                     "description": "The per-machine token of a boot (the METAL_BOOT_TOKEN "
+                                    "kernel parameter of its boot.ipxe); also accepted as "
+                                    "the body's token field."},
+}
+
+# A string without NUL characters, as a JSON Schema pattern.
+NUL_FREE = "^[^\\u0000]*$"
+
+LOCATION_HEADER = {"description": "The URL of the new resource.",
+                   "schema": {"type": "string"}}
+
+
+def _camel_case(name):
+    """An operationId from a view function's name: list_machines -> listMachines."""
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+class OneOf:
+    """A named choice between schemas, for a body or an answer with more than one
+    shape (generated clients get one type with a variant per schema)."""
+
+    def __init__(self, name, *choices, description=""):
+        self.name = name
+        self.choices = choices
+        self.description = description
+
+
+class _Converter(OpenAPIConverter):
+    """apispec's converter, exact where generated clients need it: a nullable
+    reference is ``{nullable, allOf: [$ref]}`` (the referenced shape still
+    applies; apispec's default lets any object through), floats are doubles,
+    timestamps date-times, and a schema's ``Meta.openapi`` adds rules between
+    its fields (e.g. one of two fields)."""
+
+    field_mapping = {**DEFAULT_FIELD_MAPPING, fields.Float: ("number", "double"),
+                     Timestamp: ("string", "date-time")}
+
+    def init_attribute_functions(self):
+        super().init_attribute_functions()
+        self.attribute_functions.append(self.field2nul_free)
+
+    def field2nul_free(self, field, ret):
+        """A string of a request holds no NUL character (see reject_nul): said
+        as a pattern where the field has no pattern, enum or format of its own."""
+        if ret.get("type") == "string" and not {"pattern", "enum", "format"} & set(ret) \
+                and isinstance(getattr(field, "root", None), StrictSchema):
+            return {"pattern": NUL_FREE}
+        return {}
+
+    def field2nullable(self, field, ret):
+        if field.allow_none and "$ref" in ret:
+            return {"nullable": True, "allOf": [{"$ref": ret.pop("$ref")}]}
+        if field.allow_none and "allOf" in ret:  # a reference with a description
+            return {"nullable": True}
+        return super().field2nullable(field, ret)
+
+    def schema2jsonschema(self, schema):
+        jsonschema = super().schema2jsonschema(schema)
+        jsonschema.update(getattr(getattr(schema, "Meta", None), "openapi", {}))
+        return jsonschema
+
+
+class _Plugin(MarshmallowPlugin):
+    Converter = _Converter
+
+
+class _Document:
+    """One OpenAPI document being built from the endpoint marks."""
+
+    def __init__(self):
+        self.plugin = _Plugin()
+        self.spec = APISpec(
+            title="metalboot", version=__version__, openapi_version="3.0.3",
+            plugins=[self.plugin], tags=list(TAGS),
+            servers=[{"url": "/", "description": "The server that serves this document."}],
+            security=[{"bearer": []}],
+            info={"description": "Move bare-metal machines between boot interfaces, "
+                                 "with proof of every boot."})
+        for name, scheme in SECURITY_SCHEMES.items():
+            self.spec.components.security_scheme(name, scheme)
+        self.ref(ErrorSchema)
+
+    def ref(self, schema):
+        """A $ref to ``schema`` (a Schema class, a OneOf, or the name of a
+        component registered already), registered once."""
+        if isinstance(schema, str):
+            return {"$ref": f"#/components/schemas/{schema}"}
+        if isinstance(schema, OneOf):
+            name, component = schema.name, {"oneOf": [self.ref(c) for c in schema.choices]}
+            if schema.description:
+                component["description"] = schema.description
+        else:
+            name, component = self.plugin.schema_name_resolver(schema), None
+        if name not in self.spec.components.schemas:
+            if component is None:
+                self.spec.components.schema(name, schema=resolve_schema_cls(schema))
+            else:
+                self.spec.components.schema(name, component)
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def request_body(self, doc):
+        item = self.ref(doc["body"])
+        content = {}
+        if doc["body_many"]:
+            name = item["$ref"].rsplit("/", 1)[-1]
+            if f"{name}List" not in self.spec.components.schemas:
+                self.spec.components.schema(f"{name}List", {
+                    "type": "array", "items": item, "minItems": 1,
+                    "maxItems": doc["body_many"],
+                    "description": f"Up to {doc['body_many']} {name} items, all or nothing."})
+            content["schema"] = self.ref(OneOf(f"{name}Request", doc["body"],
+                                               f"{name}List",
+                                               description=f"One {name} or a list of them."))
+            if doc["example"] is not None:
+                content["examples"] = {"one": {"value": doc["example"]},
+                                       "many": {"value": [doc["example"]]}}
+        else:
+            content["schema"] = item
+            if doc["example"] is not None:
+                content["example"] = doc["example"]
+        return {"required": True, "content": {"application/json": content}}
+
+    def operation(self, doc, params):
+        """The operation object of one method of a view marked with ``doc``."""
+        op = {"summary": doc["summary"], "description": doc["description"],
+              "operationId": doc["operation_id"], "tags": doc["tags"], "responses": {}}
+        parameters = list(params)
+        if doc["query"] is not None:
+            parameters.append({"in": "query", "schema": doc["query"]})
+        if parameters:
+            op["parameters"] = parameters
+        if doc["body"] is not None:
+            op["requestBody"] = self.request_body(doc)
+        for status, schema in doc["responses"].items():
+            answer = {"description": "OK" if status < 300 else ERROR_DESCRIPTIONS.get(status, "")}
+            if schema is None:
+                answer["description"] = "No content"
+            else:
+                answer["content"] = {"application/json": {"schema": self.ref(schema)}}
+            if doc["location"] and status in (201, 202):
+                answer["headers"] = {"Location": LOCATION_HEADER}
+            op["responses"][str(status)] = answer
+        errors = {404} if params else set()
+        if doc["role"] is None:
+            op["security"] = []
+        elif doc["role"] == "machine":
+            # the token may come in the body instead: a request without one is valid
+            op["security"] = [{"machineToken": []}, {}]
+        else:
+            errors |= {401, 403}
+        if doc["body"] is not None:
+            errors |= {400, 413, 415, 422}
+        if doc["query"] is not None or doc["body"] is not None:
+            errors.add(422)
+        errors |= set(doc["extra_errors"])
+        for status in sorted(errors):
+            op["responses"].setdefault(str(status), {
+                "description": ERROR_DESCRIPTIONS[status],
+                "content": {"application/json": {"schema": self.ref(ErrorSchema)}}})
+        return op
+
 
 def openapi_document(app):
-    spec = APISpec(title="metalboot", version=__version__, openapi_version="3.0.3",
-                   plugins=[MarshmallowPlugin()],
-                   info={"description": "Move bare-metal machines between boot interfaces, "
-                                        "with proof of every boot."})
-    spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
-    spec.components.schema("Error", schema=ErrorSchema)
+    """The OpenAPI 3 document of ``app``'s marked views, as a dict."""
+    document = _Document()
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         view = app.view_functions.get(rule.endpoint)
         doc = getattr(view, "_mb_doc", None)
@@ -240,44 +437,10 @@ def openapi_document(app):
         path = _PATH_PARAM.sub(r"{\1}", rule.rule)
         params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                   for name in _PATH_PARAM.findall(rule.rule)]
-        operations = {}
-        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            op = {"summary": doc["summary"], "description": doc["description"],
-                  "operationId": rule.endpoint.replace(".", "_") + "_" + method.lower(),
-                  "tags": doc["tags"], "responses": {}}
-            parameters = list(params)
-            if doc["query"] is not None:
-                parameters.append({"in": "query", "schema": doc["query"]})
-            if parameters:
-                op["parameters"] = parameters
-            if doc["body"] is not None:
-                item = doc["body"]
-                schema = item if not doc["body_many"] else {
-                    "oneOf": [item, {"type": "array", "items": item,
-                                     "minItems": 1, "maxItems": doc["body_many"]}]}
-                op["requestBody"] = {"required": True,
-                                     "content": {"application/json": {"schema": schema}}}
-            for status, schema in doc["responses"].items():
-                op["responses"][str(status)] = {
-                    "description": "OK" if status < 300 else ERROR_DESCRIPTIONS.get(status, ""),
-                    "content": {"application/json": {"schema": schema}}} if schema else {
-                    "description": "No content"}
-            errors = {404} if params else set()
-            if doc["role"] is not None:
-                op["security"] = [{"bearer": []}]
-                errors |= {401, 403}
-            if doc["body"] is not None:
-                errors |= {400, 413, 415, 422}
-            if doc["query"] is not None or doc["body"] is not None:
-                errors.add(422)
-            errors |= set(doc["extra_errors"])
-            for status in sorted(errors):
-                op["responses"].setdefault(str(status), {
-                    "description": ERROR_DESCRIPTIONS[status],
-                    "content": {"application/json": {"schema": "Error"}}})
-            operations[method.lower()] = op
-        spec.path(path=path, operations=operations)
-    return spec.to_dict()
+        operations = {method.lower(): document.operation(doc, params)
+                      for method in sorted(rule.methods - {"HEAD", "OPTIONS"})}
+        document.spec.path(path=path, operations=operations)
+    return document.spec.to_dict()
 
 
 def current_services():

@@ -218,7 +218,8 @@ LONE = "\ud800"
 
 
 @pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-key",
-                                  "bulk", "machine-patch", "migration", "boot-report"])
+                                  "non-ascii-path", "bulk", "machine-patch", "migration",
+                                  "boot-report"])
 def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
     """JSON's \\u escapes spell half a surrogate pair, which no database
     stores as text (UTF-8 cannot encode it)."""
@@ -232,6 +233,9 @@ def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
                             "properties.k.0"),
         "machine-key": ("post", "/v1/machines", machine_body(2, properties={LONE: 1}),
                         "properties.\\ud800"),
+        "non-ascii-path": ("post", "/v1/machines",
+                           machine_body(2, properties={"r\u00e4ume": {LONE: 1}}),
+                           "properties.r\u00e4ume.\\ud800"),
         "bulk": ("post", "/v1/machines", bulk, "1.bmc.username"),
         "machine-patch": ("patch", f"/v1/machines/{mid}",
                           {"bmc": {"password": "x\udfff"}}, "bmc.password"),
