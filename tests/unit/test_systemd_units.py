@@ -115,6 +115,7 @@ def test_sandbox(name, tmp_path):
               "ProtectControlGroups=", "RestrictNamespaces=~user", "RestrictSUIDSGID=",
               "RestrictAddressFamilies=~AF_PACKET", "RestrictAddressFamilies=~AF_NETLINK",
               "RestrictAddressFamilies=~…", "SystemCallFilter=~@privileged",
+              "ProtectProc=", "ProcSubset=", "MemoryDenyWriteExecute=", "PrivateMounts=",
               "SystemCallFilter=~@mount", "SystemCallArchitectures=", "User=/DynamicUser=",
               "CapabilityBoundingSet=~CAP_SYS_ADMIN", "CapabilityBoundingSet=~CAP_NET_ADMIN",
               "CapabilityBoundingSet=~CAP_NET_(BIND_SERVICE|BROADCAST|RAW)",
