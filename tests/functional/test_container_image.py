@@ -29,6 +29,8 @@ import time
 import pytest
 import requests
 
+from metalboot_framework.store.db import Database
+from metalboot_framework.tokens import TokenSigner
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.functional, pytest.mark.slow]
@@ -197,6 +199,16 @@ def test_the_three_services_run_from_the_image_on_one_state_volume(container, tm
             assert procs["metalboot-conductor"].poll() is None, read_log(tmp_path,
                                                                         "metalboot-conductor")
             time.sleep(0.2)
+        # ... and the boot server serves its boot script from there, as the
+        # URL a migration would give the machine
+        db = Database(f"sqlite:///{state}/metalboot.sqlite")
+        try:
+            token = TokenSigner.from_database(db).machine_token(body["id"], 1, "fake")
+        finally:
+            db.dispose()
+        r = requests.get(f"http://127.0.0.1:{boot_port}/boot/{body['id']}/fake/{token}/"
+                         "boot.ipxe", timeout=30)
+        assert r.status_code == 200 and r.text.startswith("#!ipxe"), (r.status_code, r.text)
         # the state is in the volume, written by the image's user
         database = state / "metalboot.sqlite"
         assert database.exists() and database.stat().st_uid == int(uid)
