@@ -62,6 +62,11 @@ def wait_running_again(conductor, timeout=60):
         time.sleep(0.05)
 
 
+def held_by(api, host):
+    machines = api.request("GET", "/v1/machines", params={"limit": 1000}).json()["machines"]
+    return [m["id"] for m in machines if (m["lock"] or {}).get("holder") == host]
+
+
 def all_events(api, migration_id):
     feed, cursor = [], 0
     while True:
@@ -99,6 +104,10 @@ def test_rolling_restart_of_conductors_during_a_migration(server_factory, postgr
             assert "database at revision" in dbsync(api)
             conductor = conductors[name]
             assert conductor.stop() == 0, conductor.log()  # SIGTERM: a clean stop
+            # ... that handed its machines back: none is left locked by it, so
+            # the other conductor goes on with them at once (a killed one would
+            # hold them for heartbeat_timeout)
+            assert held_by(api, name) == [], name
             state = api.request("GET", f"/v1/migrations/{m['id']}").json()
             restarts.append((name, state["state"], done_count(api, m["id"])))
             conductor.start(wait=False)
