@@ -36,6 +36,11 @@ from metalboot_framework.exceptions import ValidationFailed
 
 LOG = logging.getLogger(__name__)
 
+# Kea runs as its own user (_kea on Debian): signalling it takes CAP_KILL
+_NO_CAP_KILL = ("Kea (pid %d) runs as another user and this process may not signal it: "
+                "reload = signal needs CAP_KILL (systemd: AmbientCapabilities=CAP_KILL, "
+                "etc/systemd/drop-ins/) or use reload = control-socket")
+
 FILE_HEADER = ("# metalboot DHCPv6 host reservations. Written by metalboot: do not edit.\n"
                "# kea-dhcp6.conf includes this file inside a \"reservations\" list.\n")
 
@@ -235,6 +240,8 @@ class KeaBackend(DhcpBackend):
             except ProcessLookupError:
                 raise DhcpBackendError(f"Kea backend: [kea] pid_file: process {pid} from "
                                        f"{self._c.pid_file} is gone")
+            except PermissionError:
+                raise DhcpBackendError(f"Kea backend: [kea] pid_file: {_NO_CAP_KILL % pid}")
             return
         answer = self._command("config-reload")
         if answer.get("result") != 0:
@@ -251,9 +258,11 @@ class KeaBackend(DhcpBackend):
         except (OSError, ValueError, IndexError) as exc:
             raise DhcpBackendError(f"cannot read a pid from {self._c.pid_file}: {exc}")
         try:
-            os.kill(pid, 0)
+            os.kill(pid, 0)  # the same permission check as the SIGHUP it is for
         except ProcessLookupError:
             raise DhcpBackendError(f"Kea (pid {pid} from {self._c.pid_file}) is not running")
+        except PermissionError:
+            raise DhcpBackendError(_NO_CAP_KILL % pid)
         return pid
 
     def _command(self, command):
