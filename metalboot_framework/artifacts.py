@@ -67,10 +67,11 @@ def normalize_mac(mac):
 
 
 # -- reading what a fetch needs, for one key or many ---------------------------------
-def load_snapshots(conn, machine_ids):
+def load_snapshots(conn, machine_ids, password_key):
     """{machine id: (MachineInfo, PartitionInfo, revisions)} for those of
     ``machine_ids`` that exist, in three queries however many ids there are;
-    ``revisions`` is what :func:`snapshot_revisions` gives for the machine."""
+    ``revisions`` is what :func:`snapshot_revisions` gives for the machine.
+    ``password_key`` opens a BMC password if a plugin reads one."""
     ids = list(dict.fromkeys(machine_ids))
     if not ids:
         return {}
@@ -87,7 +88,7 @@ def load_snapshots(conn, machine_ids):
     found = {}
     for m in machines:
         partition, partition_revision = partitions[m.partition_id]
-        found[m.id] = (machine_info(m, nics.get(m.id, ())), partition,
+        found[m.id] = (machine_info(m, nics.get(m.id, ()), password_key), partition,
                        (m.revision, m.incarnation, partition_revision))
     return found
 

@@ -17,7 +17,7 @@ from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
 from metalboot_framework.store import driver_insert
 from metalboot_framework.store.group_commit import Batched, GroupCommitter
-from metalboot_framework.store import models
+from metalboot_framework.store import models, password_key
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.steploop import StepLoop
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
@@ -115,12 +115,14 @@ def event_dict(ev):
 
 
 class Services:
-    def __init__(self, conf, db, interfaces, hooks, tokens):
+    def __init__(self, conf, db, interfaces, hooks, tokens, password_key):
         self.conf = conf
         self.db = db
         self.interfaces = interfaces
         self.hooks = hooks
         self.tokens = tokens
+        # Seals BMC passwords before they are stored, opens them when read.
+        self.password_key = password_key
         # Hooks and log lines of group-committed changes, in commit order.
         self.announcer = Announcer()
         # One writer thread commits many threads' small transactions together.
@@ -146,10 +148,12 @@ class Services:
                                            conf.default_boot_interface)
         hooks = hooks_mod.Hooks(hooks_mod.make_plugin_manager(conf.disabled_hooks))
         db = db_mod.Database(conf.database.connection, pool_size=conf.database.pool_size)
+        key = password_key.load(conf.database.bmc_password_key_file, db)
         if conf.database.auto_upgrade if upgrade is None else upgrade:
-            db.upgrade()
+            db.upgrade(password_key=key)
+        password_key.check(key, db)
         tokens = TokenSigner.from_database(db)
-        return cls(conf, db, interfaces, hooks, tokens)
+        return cls(conf, db, interfaces, hooks, tokens, key)
 
     # -- tokens for the API -------------------------------------------------
     def api_tokens(self):
@@ -336,7 +340,8 @@ class Services:
             for machine in machines:
                 partition = partitions.get(machine.partition_id)
                 if partition is not None:
-                    found[machine.id] = (machine_info(machine, nics.get(machine.id, ())),
+                    found[machine.id] = (machine_info(machine, nics.get(machine.id, ()),
+                                                    self.password_key),
                                          partition_info(partition))
         return found
 
@@ -346,13 +351,15 @@ class Services:
         return BootTask(self, machine, partition, interface, migration_id=migration_id)
 
 
-def machine_info(machine, nics):
+def machine_info(machine, nics, password_key):
+    """A machine row as plugins see it; ``password_key`` opens its BMC
+    password when a plugin reads it."""
     # A column read here must be in the revision triggers' list too
     # (store/migrations/versions/0006), or the boot server will not see it change.
     return MachineInfo(
         id=machine.id, partition_id=machine.partition_id,
-        bmc=BmcInfo(machine.bmc_address, machine.bmc_username, machine.bmc_password,
-                    machine.bmc_verify_tls),
+        bmc=BmcInfo.sealed(machine.bmc_address, machine.bmc_username, machine.bmc_password,
+                           machine.bmc_verify_tls, password_key),
         nics=tuple(NicInfo(n.mac, n.duid, n.ipv4_address, n.ipv6_address) for n in nics),
         boot_interface=machine.boot_interface, boot_mode=machine.boot_mode,
         state=machine.state, properties=dict(machine.properties or {}),

@@ -643,7 +643,8 @@ class BootServer:
                      Snapshot(stale[m].machine, stale[m].partition, stale[m].revisions)
                      for m in self._unchanged(conn, stale)}
             changed = [m for m in machine_ids if m not in found]
-            loaded = artifacts.load_snapshots(conn, changed) if changed else {}
+            loaded = artifacts.load_snapshots(conn, changed, self.services.password_key) \
+                if changed else {}
         with self._counting:
             self.snapshots_read += len(loaded)
         for machine_id, value in loaded.items():
