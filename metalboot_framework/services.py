@@ -11,6 +11,7 @@ import sqlalchemy
 
 from metalboot_framework import hooks as hooks_mod
 from metalboot_framework import loader
+from metalboot_framework.address_binding import AddressBinding
 from metalboot_framework.announcer import Announcer
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.inventory import iso
@@ -123,6 +124,8 @@ class Services:
         self.tokens = tokens
         # Seals BMC passwords before they are stored, opens them when read.
         self.password_key = password_key
+        # Whether a fetch by MAC came from an address its machine can have.
+        self.address_binding = AddressBinding(conf)
         # Hooks and log lines of group-committed changes, in commit order.
         self.announcer = Announcer()
         # One writer thread commits many threads' small transactions together.
@@ -291,7 +294,9 @@ class Services:
 
         ``mac_variable`` is left for iPXE to expand. The server answers only for
         a machine whose boot interface, or active migration's target, is
-        ``interface``; the fetch counts as evidence like the per-machine URL.
+        ``interface``; the fetch counts as evidence like the per-machine URL
+        when it comes from an address bound to the machine
+        (:mod:`metalboot_framework.address_binding`), else it is unverified.
         """
         return f"{self.public_url}/boot/mac/{mac_variable}/{interface}/boot.ipxe"
 

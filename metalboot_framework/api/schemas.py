@@ -566,8 +566,11 @@ class MigrationListQuerySchema(StrictSchema):
 class EvidenceSchema(Schema):
     id = fields.Integer()
     interface = fields.String(metadata={"description": "The boot interface fetched through."})
-    kind = fields.String(metadata={"description": "fetch (of a per-machine artifact) or "
-                                                  "report (a boot report)."})
+    kind = fields.String(metadata={"description": "fetch (of a per-machine artifact), "
+                                                  "report (a boot report) or unverified "
+                                                  "(a fetch by MAC from an address not "
+                                                  "bound to the machine, or what carried "
+                                                  "the token it got): proves no boot."})
     path = fields.String()
     client_address = fields.String(allow_none=True)
     created_at = fields.String()
