@@ -162,7 +162,12 @@ class ServerProcess:
         self.log_path = tmp_path / "server.log"
         self.conf_path = tmp_path / "metalboot.conf"
         tokens = f"admin_tokens = {admin_token}\nreader_tokens = {READER}\n" if admin_token else ""
-        database = f"[database]\nconnection = {database_url}\n" if database_url else ""
+        # one BMC password key for every server of a test: they may share a
+        # database (several conductors, a restart on PostgreSQL), as hosts
+        # sharing one copy the key file
+        database = ("[database]\n"
+                    + (f"connection = {database_url}\n" if database_url else "")
+                    + f"bmc_password_key_file = {tmp_path.parent / 'bmc-password.key'}\n")
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
