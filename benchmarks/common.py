@@ -56,7 +56,9 @@ class MetalbootServer:
     token = "bench-admin-token"
 
     def __init__(self, extra_conf="", workdir=None, command="metalboot_framework.cmd.server",
-                 database_url=None, public_url=None, host=None):
+                 database_url=None, public_url=None, host=None, password_key_file=None):
+        """``password_key_file``: the BMC password key file, shared by every
+        process on one database (each would make its own in its state dir)."""
         self._own_dir = workdir is None  # removed by stop()
         self.dir = workdir or tempfile.mkdtemp(prefix="metalboot-bench-")
         os.makedirs(self.dir, exist_ok=True)
@@ -69,7 +71,10 @@ class MetalbootServer:
                     + (f"host = {host}\n" if host else "") + f"{extra_conf}\n"
                     f"[api]\nport = {self.port}\nadmin_tokens = {self.token}\n"
                     + (f"public_url = {public_url}\n" if public_url else "")
-                    + (f"[database]\nconnection = {database_url}\n" if database_url else ""))
+                    + ("[database]\n" if database_url or password_key_file else "")
+                    + (f"connection = {database_url}\n" if database_url else "")
+                    + (f"bmc_password_key_file = {password_key_file}\n"
+                       if password_key_file else ""))
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", command, "--config-file", conf],

@@ -40,9 +40,11 @@ def one_run(postgres, conductors, count, workers, delay, max_parallel):
     procs = []
     tail = None
     try:
+        key_file = os.path.join(workdir, "bmc-password.key")  # one for all processes
         api = MetalbootServer(extra_conf=conductor_conf(console, workers),
                               workdir=os.path.join(workdir, "api"),
-                              command="metalboot_framework.cmd.api", database_url=url)
+                              command="metalboot_framework.cmd.api", database_url=url,
+                              password_key_file=key_file)
         procs.append(api)
         s = api.session
         s.post(api.url + "/v1/partitions", json={"id": "bench"}).raise_for_status()
@@ -57,7 +59,8 @@ def one_run(postgres, conductors, count, workers, delay, max_parallel):
                 extra_conf=conductor_conf(console, workers),
                 workdir=os.path.join(workdir, f"conductor{n}"),
                 command="metalboot_framework.cmd.conductor", database_url=url,
-                public_url=api.url, host=f"bench-conductor-{n}"))
+                public_url=api.url, host=f"bench-conductor-{n}",
+                password_key_file=key_file))
         api.wait_enrolled()  # the conductors enrol the machines first
         tail = ConsoleTail(console, workers=32)
         cpu0 = {p.proc.pid: cpu_seconds(p.proc.pid) for p in procs}

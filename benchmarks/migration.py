@@ -261,15 +261,18 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
             from tests.pgserver import PostgresServer
             postgres = PostgresServer().start()
             db_url = postgres.create_database()
+        key_file = os.path.join(workdir, "state", "bmc-password.key")  # for all processes
         server = MetalbootServer(extra_conf=conf, workdir=workdir,
                                  public_url=f"http://127.0.0.1:{boot_port}",
-                                 database_url=db_url if postgresql else None)
+                                 database_url=db_url if postgresql else None,
+                                 password_key_file=key_file)
         boot = BootServer(server, boot_port)
         for n in range(1, conductors):
             extra.append(MetalbootServer(
                 extra_conf=conf, workdir=os.path.join(workdir, f"conductor{n}"),
                 command="metalboot_framework.cmd.conductor", database_url=db_url,
-                public_url=f"http://127.0.0.1:{boot_port}", host=f"bench-conductor-{n}"))
+                public_url=f"http://127.0.0.1:{boot_port}", host=f"bench-conductor-{n}",
+                password_key_file=key_file))
         ids = register(server, count, delay=delay)
         tail = ConsoleTail(console, workers=max_parallel)
         cpu0 = cpu_seconds(server.proc.pid)

@@ -225,7 +225,9 @@ def server_conf(parallel):
             f"retry_interval = 0.2\nretry_max_interval = 1\n"
             f"power_poll_interval = {POLL}\npower_timeout = 120\n"
             f"post_retry_interval = 0.5\npost_retry_timeout = 10\n"
-            f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n")
+            f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"
+            # the simulated machines fetch boot.ipxe by MAC from loopback
+            f"[artifacts]\nboot_network_prefixes = 127.0.0.0/8\n")
 
 
 def metalboot_run(workdir, emulators, per, parallel):

@@ -68,10 +68,11 @@ def normalize_mac(mac):
 
 
 # -- reading what a fetch needs, for one key or many ---------------------------------
-def load_snapshots(conn, machine_ids):
+def load_snapshots(conn, machine_ids, password_key):
     """{machine id: (MachineInfo, PartitionInfo, revisions)} for those of
     ``machine_ids`` that exist, in three queries however many ids there are;
-    ``revisions`` is what :func:`snapshot_revisions` gives for the machine."""
+    ``revisions`` is what :func:`snapshot_revisions` gives for the machine.
+    ``password_key`` opens a BMC password if a plugin reads one."""
     ids = list(dict.fromkeys(machine_ids))
     if not ids:
         return {}
@@ -88,7 +89,7 @@ def load_snapshots(conn, machine_ids):
     found = {}
     for m in machines:
         partition, partition_revision = partitions[m.partition_id]
-        found[m.id] = (machine_info(m, nics.get(m.id, ())), partition,
+        found[m.id] = (machine_info(m, nics.get(m.id, ()), password_key), partition,
                        (m.revision, m.incarnation, partition_revision))
     return found
 
@@ -159,19 +160,41 @@ def machines_by_mac(conn, services, keys):
     return found
 
 
+# -- by MAC: whose fetch is it? ---------------------------------------------------------
+def mac_binding(services, machine, client_address):
+    """How a fetch of ``machine``'s boot.ipxe by MAC from ``client_address`` is
+    bound to the machine (:mod:`metalboot_framework.address_binding`: ``eui64``,
+    ``nic-address``, ``prefix``, ``dhcp-lease``), or :data:`UNBOUND`. The one
+    rule both artifact servers apply."""
+    return services.address_binding.bound_by(machine, client_address) or UNBOUND
+
+
+def script_token(services, machine, interface, binding):
+    """The token a by-MAC script carries: the machine's for a bound fetch, its
+    unbound token (:mod:`metalboot_framework.tokens`) for any other."""
+    if binding == UNBOUND:
+        return services.tokens.unbound_token(machine.id, machine.token_generation, interface)
+    return services.tokens.machine_token(machine.id, machine.token_generation, interface)
+
+
 # -- choosing the artifact -----------------------------------------------------------
 def check_access(services, machine, interface, token, name, client_address=None,
                  expected=None):
     """Raise the common 404 unless ``token`` is the machine's current token for an
-    enabled ``interface``. ``machine`` None: unknown machine. ``expected``: the
+    enabled ``interface`` (True) or its unbound token (False: what it fetches is
+    unverified evidence). ``machine`` None: unknown machine. ``expected``: the
     machine's current token, if the caller has it already (no HMAC then)."""
     if interface not in services.interfaces or machine is None:
         raise not_found()
-    if not (same_token(expected, token) if expected and token else
-            services.tokens.verify(machine.id, machine.token_generation, interface, token)):
-        LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
-                    name, machine.id, client_address)
-        raise not_found()
+    signer = services.tokens
+    if same_token(expected, token) if expected and token else \
+            signer.verify(machine.id, machine.token_generation, interface, token):
+        return True
+    if signer.verify_unbound(machine.id, machine.token_generation, interface, token):
+        return False
+    LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
+                name, machine.id, client_address)
+    raise not_found()
 
 
 def boot_script(services, machine, partition, interface, token):
@@ -198,11 +221,12 @@ EVIDENCE_STATUSES = frozenset((200, 206, 304))
 
 def machine_artifact(services, machine, partition, interface, token, name,
                      client_address=None):
-    """The artifact that GET /boot/<machine>/<interface>/<token>/<name> serves."""
-    check_access(services, machine, interface, token, name, client_address)
+    """(the artifact that GET /boot/<machine>/<interface>/<token>/<name> serves,
+    whether ``token`` is the machine's own: see :func:`check_access`)."""
+    bound = check_access(services, machine, interface, token, name, client_address)
     if name == SCRIPT_NAME:
-        return boot_script(services, machine, partition, interface, token)
-    return plugin_artifact(services, machine, partition, interface, name)
+        return boot_script(services, machine, partition, interface, token), bound
+    return plugin_artifact(services, machine, partition, interface, name), bound
 
 
 def partition_artifact(services, partition, interface, name):
@@ -248,6 +272,11 @@ def content_disposition(name):
 
 
 # -- evidence -------------------------------------------------------------------------
+# Kinds of evidence rows. An unverified one (a fetch or boot report with the
+# unbound token, see script_token) is kept for the operator but proves nothing:
+# recognise_evidence accepts fetches and reports only.
+FETCH, REPORT, UNVERIFIED = "fetch", "report", "unverified"
+UNBOUND = "unbound"  # the binding of a by-MAC fetch from an address not the machine's
 # The columns of an evidence row (the id is the database's).
 EVIDENCE_COLUMNS = ("machine_id", "interface", "kind", "path", "client_address", "data",
                     "created_at")
@@ -263,9 +292,15 @@ def evidence_row(machine_id, interface, kind, path, client_address, data=None, t
 
 
 def fetch_evidence(machine_id, interface, name, client_address, range_header=None,
-                   timed=True):
-    return evidence_row(machine_id, interface, "fetch", name, client_address,
-                        {"range": range_header} if range_header else None, timed)
+                   timed=True, bound=True, by_mac=None):
+    """The row of a fetch: ``bound`` False (the unbound token) makes it
+    unverified; ``by_mac``: the binding of a fetch by MAC (:func:`mac_binding`),
+    kept in its data."""
+    data = {"range": range_header} if range_header else {}
+    if by_mac is not None:
+        data["by_mac"] = by_mac
+    return evidence_row(machine_id, interface, FETCH if bound else UNVERIFIED, name,
+                        client_address, data or None, timed)
 
 
 def insert_evidence(conn, rows, with_ids=False):
@@ -326,16 +361,24 @@ def bearer_token(authorization):
 
 
 def check_report(services, conn, machine_id, token, boot_interface):
-    """Raise unless a boot report of ``machine_id`` with ``token`` may be recorded."""
+    """Raise unless a boot report of ``machine_id`` with ``token`` may be
+    recorded; whether ``token`` is the machine's own (False: its unbound token,
+    the report is unverified evidence)."""
     from metalboot_framework.api.auth import Unauthorized
     services.interfaces.require(boot_interface)  # the token is bound to one
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
-    if machine is None or not services.tokens.verify(machine.id, machine.token_generation,
-                                                     boot_interface, token):
-        raise Unauthorized("unknown machine or wrong machine token")
+    if machine is not None:
+        if services.tokens.verify(machine.id, machine.token_generation, boot_interface,
+                                  token):
+            return True
+        if services.tokens.verify_unbound(machine.id, machine.token_generation,
+                                          boot_interface, token):
+            return False
+    raise Unauthorized("unknown machine or wrong machine token")
 
 
-def report_evidence(machine_id, body, client_address, timed=True):
-    return evidence_row(machine_id, body["boot_interface"], "report", "boot-report",
-                        client_address, {"message": body.get("message", "")}, timed)
+def report_evidence(machine_id, body, client_address, timed=True, bound=True):
+    return evidence_row(machine_id, body["boot_interface"], REPORT if bound else UNVERIFIED,
+                        "boot-report", client_address, {"message": body.get("message", "")},
+                        timed)

@@ -54,7 +54,10 @@ class Evidence:
 
     ``kind`` is ``"fetch"`` for an artifact download recorded by the artifact
     server (``path`` is the artifact name) and ``"report"`` for a boot report the
-    machine posted with its per-machine token.
+    machine posted with its per-machine token. ``"unverified"`` marks a fetch
+    by MAC from an address not bound to the machine, or a fetch or report with
+    the unbound token such a fetch gave out: it proves nothing, and a plugin's
+    own ``recognise_evidence`` must not accept it either.
     """
 
     id: int

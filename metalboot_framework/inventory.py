@@ -310,7 +310,11 @@ def register_machines(services, items, many):
                            fields={f"{prefix(index[mid])}id": ["registered already"]
                                    for mid in existing[:100]})
         _check_nic_conflicts(s, items, prefix)
-        s.execute(insert(models.Machine), machine_rows)
+        # sealed in the write transaction: a key rotation finishes with a write
+        # transaction of its own, after which no row may hold a retired key
+        sealed = [{**row, "bmc_password": services.password_key.seal(row["bmc_password"])}
+                  if row["bmc_password"] is not None else row for row in machine_rows]
+        s.execute(insert(models.Machine), sealed)
         if nic_rows:
             s.execute(insert(models.Nic), nic_rows)
         s.execute(insert(models.Event), event_rows)
@@ -403,6 +407,8 @@ def patch_machine(services, machine_id, data):
                     raise InvalidInput("bmc.address is required for a machine without a BMC",
                                        fields={"bmc.address": ["Missing data for required field."]})
                 for key, value in bmc.items():
+                    if key == "password":  # sealed in the transaction, as at registration
+                        value = services.password_key.seal(value)
                     setattr(m, f"bmc_{key}", value)
         for key in ("boot_interface", "boot_mode", "properties"):
             if key in data:

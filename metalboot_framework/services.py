@@ -12,13 +12,14 @@ import sqlalchemy
 from metalboot_framework import hooks as hooks_mod
 from metalboot_framework import ipxe
 from metalboot_framework import loader
+from metalboot_framework.address_binding import AddressBinding
 from metalboot_framework.announcer import Announcer
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import db as db_mod
 from metalboot_framework.store import driver_insert
 from metalboot_framework.store.group_commit import Batched, GroupCommitter
-from metalboot_framework.store import models
+from metalboot_framework.store import models, password_key
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.steploop import StepLoop
 from metalboot_framework.task import BmcInfo, BootTask, MachineInfo, NicInfo, PartitionInfo
@@ -116,12 +117,16 @@ def event_dict(ev):
 
 
 class Services:
-    def __init__(self, conf, db, interfaces, hooks, tokens):
+    def __init__(self, conf, db, interfaces, hooks, tokens, password_key):
         self.conf = conf
         self.db = db
         self.interfaces = interfaces
         self.hooks = hooks
         self.tokens = tokens
+        # Seals BMC passwords before they are stored, opens them when read.
+        self.password_key = password_key
+        # Whether a fetch by MAC came from an address its machine can have.
+        self.address_binding = AddressBinding(conf)
         # Hooks and log lines of group-committed changes, in commit order.
         self.announcer = Announcer()
         # One writer thread commits many threads' small transactions together.
@@ -145,10 +150,12 @@ class Services:
                                            conf.default_boot_interface)
         hooks = hooks_mod.Hooks(hooks_mod.make_plugin_manager(conf.disabled_hooks))
         db = db_mod.Database(conf.database.connection, pool_size=conf.database.pool_size)
+        key = password_key.load(conf.database.bmc_password_key_file, db)
         if conf.database.auto_upgrade if upgrade is None else upgrade:
-            db.upgrade()
+            db.upgrade(password_key=key)
+        password_key.check(key, db)
         tokens = TokenSigner.from_database(db)
-        return cls(conf, db, interfaces, hooks, tokens)
+        return cls(conf, db, interfaces, hooks, tokens, key)
 
     # -- tokens for the API -------------------------------------------------
     def api_tokens(self):
@@ -286,7 +293,9 @@ class Services:
 
         ``mac_variable`` is left for iPXE to expand. The server answers only for
         a machine whose boot interface, or active migration's target, is
-        ``interface``; the fetch counts as evidence like the per-machine URL.
+        ``interface``; the fetch counts as evidence like the per-machine URL
+        when it comes from an address bound to the machine
+        (:mod:`metalboot_framework.address_binding`), else it is unverified.
         """
         return f"{self.public_url}/boot/mac/{mac_variable}/{interface}/boot.ipxe"
 
@@ -330,7 +339,8 @@ class Services:
             for machine in machines:
                 partition = partitions.get(machine.partition_id)
                 if partition is not None:
-                    found[machine.id] = (machine_info(machine, nics.get(machine.id, ())),
+                    found[machine.id] = (machine_info(machine, nics.get(machine.id, ()),
+                                                    self.password_key),
                                          partition_info(partition))
         return found
 
@@ -340,13 +350,15 @@ class Services:
         return BootTask(self, machine, partition, interface, migration_id=migration_id)
 
 
-def machine_info(machine, nics):
+def machine_info(machine, nics, password_key):
+    """A machine row as plugins see it; ``password_key`` opens its BMC
+    password when a plugin reads it."""
     # A column read here must be in the revision triggers' list too
     # (store/migrations/versions/0006), or the boot server will not see it change.
     return MachineInfo(
         id=machine.id, partition_id=machine.partition_id,
-        bmc=BmcInfo(machine.bmc_address, machine.bmc_username, machine.bmc_password,
-                    machine.bmc_verify_tls),
+        bmc=BmcInfo.sealed(machine.bmc_address, machine.bmc_username, machine.bmc_password,
+                           machine.bmc_verify_tls, password_key),
         nics=tuple(NicInfo(n.mac, n.duid, n.ipv4_address, n.ipv6_address) for n in nics),
         boot_interface=machine.boot_interface, boot_mode=machine.boot_mode,
         state=machine.state, properties=dict(machine.properties or {}),

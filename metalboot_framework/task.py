@@ -9,12 +9,56 @@ import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 
-@dataclasses.dataclass(frozen=True)
 class BmcInfo:
-    address: Optional[str]
-    username: Optional[str]
-    password: Optional[str] = dataclasses.field(repr=False)
-    verify_tls: bool = True
+    """How to reach the machine's BMC.
+
+    The database keeps the password sealed
+    (:mod:`metalboot_framework.store.password_key`); a snapshot read from it
+    opens the password only when :attr:`password` is first read, so that the
+    boot server, which reads many machines and no password, opens none.
+    """
+
+    __slots__ = ("address", "username", "verify_tls", "_password", "_sealed", "_key")
+
+    def __init__(self, address: Optional[str], username: Optional[str],
+                 password: Optional[str] = None, verify_tls: bool = True):
+        self.address, self.username, self.verify_tls = address, username, verify_tls
+        self._password, self._sealed, self._key = password, None, None
+
+    @classmethod
+    def sealed(cls, address, username, sealed, verify_tls, key):
+        """A BmcInfo whose password ``key`` opens from ``sealed`` when read."""
+        info = cls(address, username, None, verify_tls)
+        info._sealed, info._key = sealed, key
+        return info
+
+    @property
+    def password(self) -> Optional[str]:
+        if self._sealed is not None:
+            self._password, self._sealed = self._key.open(self._sealed), None
+        return self._password
+
+    def __setattr__(self, name, value):
+        if name in ("address", "username", "verify_tls") and hasattr(self, name):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __eq__(self, other):
+        if not isinstance(other, BmcInfo):
+            return NotImplemented
+        if (self.address, self.username, self.verify_tls) != \
+                (other.address, other.username, other.verify_tls):
+            return False
+        # the same stored token is the same password, without opening it
+        return (self._sealed is not None and self._sealed == other._sealed) \
+            or self.password == other.password
+
+    def __hash__(self):
+        return hash((self.address, self.username, self.verify_tls))
+
+    def __repr__(self):  # never the password
+        return (f"BmcInfo(address={self.address!r}, username={self.username!r}, "
+                f"verify_tls={self.verify_tls!r})")
 
 
 @dataclasses.dataclass(frozen=True)

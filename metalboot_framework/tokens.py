@@ -5,11 +5,17 @@ interface under a secret kept in the database (so every API and conductor
 process signs alike), so nothing secret is stored per machine and bumping the
 generation revokes every token the machine had. The token reaches the machine
 only inside what it boots through that interface (the artifact URL and the
-kernel command line of boot.ipxe). Scripts looked up by MAC (for ISOs shared
-by a partition) are served without a token, so their token is only as secret
-as the machine's MAC on the boot network; binding it to the interface keeps
-a token read from the script of the interface a machine boots today from
+kernel command line of boot.ipxe). Binding it to the interface keeps a
+token read from the script of the interface a machine boots today from
 proving a boot through the one it is being migrated to.
+
+Scripts looked up by MAC (for ISOs shared by a partition) are served without
+a token. One fetched from an address the machine can have
+(:mod:`metalboot_framework.address_binding`) carries the machine's token;
+one fetched from any other address carries its *unbound* token instead (an
+HMAC over the same values and a scope): it works like the token for fetches
+and boot reports, but what carries it is recorded as unverified evidence, so
+reading a script by MAC from elsewhere proves nothing.
 """
 
 import hashlib
@@ -21,6 +27,7 @@ import sqlalchemy.exc
 from metalboot_framework.store import models
 
 SECRET_KEY = "machine_token_secret"
+UNBOUND = "unbound"
 
 
 class TokenSigner:
@@ -50,9 +57,18 @@ class TokenSigner:
                        hashlib.sha256)
         return mac.hexdigest()[:32]
 
+    def unbound_token(self, machine_id, generation, interface):
+        """The token of a by-MAC script served to an address not bound to the
+        machine ("/" cannot be in an interface name, which is a URL segment)."""
+        return self.machine_token(machine_id, generation, f"{interface}/{UNBOUND}")
+
     def verify(self, machine_id, generation, interface, token):
         return bool(token) and same_token(
             self.machine_token(machine_id, generation, interface), token)
+
+    def verify_unbound(self, machine_id, generation, interface, token):
+        return bool(token) and same_token(
+            self.unbound_token(machine_id, generation, interface), token)
 
 
 def same_token(expected, given):

@@ -14,6 +14,10 @@ from metalboot_framework.conf import CONF
 
 ADMIN = "admin-token-for-tests"
 READER = "reader-token-for-tests"
+# Tests play the booting machines from this host: a fetch of boot.ipxe by MAC
+# from loopback proves a boot only because the tests' configuration says so
+# ([artifacts] boot_network_prefixes; the default binds no loopback address).
+LOOPBACK_PREFIXES = ["127.0.0.0/8", "::1/128"]
 
 
 def free_port():
@@ -54,6 +58,7 @@ def conf(tmp_path, database_url):
         CONF.set_override("connection", database_url, group="database")
     CONF.set_override("admin_tokens", [ADMIN], group="api")
     CONF.set_override("reader_tokens", [READER], group="api")
+    CONF.set_override("boot_network_prefixes", LOOPBACK_PREFIXES, group="artifacts")
     yield CONF
     CONF.clear()
     CONF.reset()
@@ -157,11 +162,18 @@ class ServerProcess:
         self.log_path = tmp_path / "server.log"
         self.conf_path = tmp_path / "metalboot.conf"
         tokens = f"admin_tokens = {admin_token}\nreader_tokens = {READER}\n" if admin_token else ""
-        database = f"[database]\nconnection = {database_url}\n" if database_url else ""
+        # one BMC password key for every server of a test: they may share a
+        # database (several conductors, a restart on PostgreSQL), as hosts
+        # sharing one copy the key file
+        database = ("[database]\n"
+                    + (f"connection = {database_url}\n" if database_url else "")
+                    + f"bmc_password_key_file = {tmp_path.parent / 'bmc-password.key'}\n")
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
             + ("" if "poll_interval" in extra_conf else "[conductor]\npoll_interval = 0.1\n")
+            + ("" if "boot_network_prefixes" in extra_conf else
+               f"[artifacts]\nboot_network_prefixes = {','.join(LOOPBACK_PREFIXES)}\n")
             + database)
         self.command = command
         self.database_url = database_url

@@ -4,14 +4,14 @@ import pytest
 from oslo_config import cfg
 
 from metalboot_framework.bmc import connection as bmc_connection
-from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default
+from metalboot_framework.conf import api, artifacts, bmc, conductor, database, default, dhcp
 from metalboot_redfish import conf as redfish_conf
 
 
 def make_conf(state_path, public_url, ipxe_efi, fast, **bmc_overrides):
     """A ConfigOpts for the two Redfish interfaces; ``fast``: [bmc] timings."""
     conf = cfg.ConfigOpts()
-    for module in (default, api, database, conductor, artifacts, bmc):
+    for module in (default, api, database, conductor, artifacts, bmc, dhcp):
         module.register_opts(conf)
     redfish_conf.register_opts(conf)
     conf([], project="metalboot", default_config_files=[])
@@ -21,6 +21,8 @@ def make_conf(state_path, public_url, ipxe_efi, fast, **bmc_overrides):
                       ["redfish-http-url", "redfish-virtual-media-ipxe"])
     conf.set_override("default_boot_interface", "redfish-http-url")
     conf.set_override("public_url", public_url, group="api")
+    # the simulated machines fetch boot.ipxe by MAC from loopback
+    conf.set_override("boot_network_prefixes", ["127.0.0.0/8", "::1/128"], group="artifacts")
     for key, value in dict(fast, **bmc_overrides).items():
         conf.set_override(key, value, group="bmc")
     conf.set_override("ipxe_efi_path", ipxe_efi, group="redfish")

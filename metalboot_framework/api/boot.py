@@ -42,26 +42,28 @@ def _serve(artifact, name):
                      download_name=name, max_age=0)
 
 
-def _artifact_response(services, machine_id, interface, token, name):
-    with services.db.read_conn() as conn:
-        try:
-            machine, partition = services.snapshot(conn, machine_id)
-        except NotFound:
-            machine = partition = None
-    artifact = artifacts.machine_artifact(services, machine, partition, interface, token,
-                                          name, request.remote_addr)
+def _artifact_response(services, machine, partition, interface, token, name, by_mac=None):
+    artifact, bound = artifacts.machine_artifact(services, machine, partition, interface,
+                                                 token, name, request.remote_addr)
     response = _serve(artifact, name)
     if response.status_code in artifacts.EVIDENCE_STATUSES:
         _record(services, [artifacts.fetch_evidence(machine.id, interface, name,
                                                     request.remote_addr,
-                                                    request.headers.get("Range"))])
+                                                    request.headers.get("Range"),
+                                                    bound=bound, by_mac=by_mac)])
     return response
 
 
 @bp.get("/boot/<machine_id>/<interface>/<token>/<name>")
 def machine_artifact(machine_id, interface, token, name):
     """A per-machine artifact; its fetch is boot evidence."""
-    return _artifact_response(current_services(), machine_id, interface, token, name)
+    services = current_services()
+    with services.db.read_conn() as conn:
+        try:
+            machine, partition = services.snapshot(conn, machine_id)
+        except NotFound:
+            machine = partition = None
+    return _artifact_response(services, machine, partition, interface, token, name)
 
 
 @bp.get("/boot/mac/<mac>/<interface>/boot.ipxe")
@@ -69,6 +71,8 @@ def boot_script_by_mac(mac, interface):
     """boot.ipxe found by MAC, for scripts shared by a partition (virtual-media ISO).
 
     Answers only while the machine is on ``interface`` or is being migrated to it.
+    The fetch is boot evidence only from an address bound to the machine
+    (:func:`artifacts.mac_binding`); from any other it is unverified.
     """
     services = current_services()
     key = (artifacts.normalize_mac(mac), interface)
@@ -77,8 +81,10 @@ def boot_script_by_mac(mac, interface):
         if machine_id is None:
             raise artifacts.not_found()
         machine, partition = services.snapshot(conn, machine_id)
-    token = services.tokens.machine_token(machine.id, machine.token_generation, interface)
-    return _artifact_response(services, machine_id, interface, token, artifacts.SCRIPT_NAME)
+    binding = artifacts.mac_binding(services, machine, request.remote_addr)
+    return _artifact_response(services, machine, partition, interface,
+                              artifacts.script_token(services, machine, interface, binding),
+                              artifacts.SCRIPT_NAME, by_mac=binding)
 
 
 @bp.get("/boot/partitions/<partition_id>/<interface>/<name>")
@@ -104,7 +110,8 @@ def report_boot(machine_id, body):
     machine_id = schemas.canonical_machine_id(machine_id)
     token = artifacts.bearer_token(request.headers.get("Authorization")) or body.get("token")
     with services.db.read_conn() as conn:
-        artifacts.check_report(services, conn, machine_id, token, body["boot_interface"])
-    [evidence_id] = _record(services, [artifacts.report_evidence(machine_id, body,
-                                                                 request.remote_addr)])
+        bound = artifacts.check_report(services, conn, machine_id, token,
+                                       body["boot_interface"])
+    [evidence_id] = _record(services, [artifacts.report_evidence(
+        machine_id, body, request.remote_addr, bound=bound)])
     return jsonify({"machine_id": machine_id, "evidence_id": evidence_id}), 201

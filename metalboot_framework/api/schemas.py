@@ -710,8 +710,11 @@ class EvidenceSchema(Schema):
     id = fields.Integer(**ALWAYS, metadata=INT64)
     interface = fields.String(**ALWAYS, metadata={
         "description": "The boot interface fetched through."})
-    kind = fields.String(**ALWAYS, metadata={"description": "fetch (of a per-machine artifact) or "
-                                                       "report (a boot report)."})
+    kind = fields.String(**ALWAYS, metadata={"description": "fetch (of a per-machine artifact), "
+                                                       "report (a boot report) or unverified "
+                                                       "(a fetch by MAC from an address not "
+                                                       "bound to the machine, or what carried "
+                                                       "the token it got): proves no boot."})
     path = fields.String(**ALWAYS)
     client_address = fields.String(allow_none=True, **ALWAYS)
     created_at = Timestamp(**ALWAYS)

@@ -194,6 +194,8 @@ def start_server(children, workdir, interfaces, ipxe_efi, port=None):
                        "post_retry_interval": "0.5", "post_retry_timeout": "10"}
         if REDFISH in interfaces:
             conf["redfish"] = {"ipxe_efi_path": ipxe_efi}
+        # the simulated machines fetch boot.ipxe by MAC from this host
+        conf["artifacts"] = {"boot_network_prefixes": "127.0.0.0/8,::1/128"}
         path = os.path.join(workdir, "metalboot.conf")
         with open(path, "w") as f:
             conf.write(f)

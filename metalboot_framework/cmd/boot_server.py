@@ -289,7 +289,7 @@ class Snapshot:
         self.machine = machine
         self.partition = partition
         self.revisions = revisions
-        self.scripts = {}  # interface -> Answer
+        self.scripts = {}  # (interface, token) -> Answer
         self._tokens = {}  # interface -> token
 
     def token(self, services, interface):
@@ -302,9 +302,10 @@ class Snapshot:
         return token
 
     def script(self, services, interface, token):
-        found = self.scripts.get(interface)
+        """boot.ipxe with ``token``: the machine's token or its unbound one."""
+        found = self.scripts.get((interface, token))
         if found is None:
-            found = self.scripts[interface] = Answer(artifacts.boot_script(
+            found = self.scripts[(interface, token)] = Answer(artifacts.boot_script(
                 services, self.machine, self.partition, interface, token),
                 artifacts.SCRIPT_NAME)
         return found
@@ -645,7 +646,8 @@ class BootServer:
                      Snapshot(stale[m].machine, stale[m].partition, stale[m].revisions)
                      for m in self._unchanged(conn, stale)}
             changed = [m for m in machine_ids if m not in found]
-            loaded = artifacts.load_snapshots(conn, changed) if changed else {}
+            loaded = artifacts.load_snapshots(conn, changed, self.services.password_key) \
+                if changed else {}
         with self._counting:
             self.snapshots_read += len(loaded)
         for machine_id, value in loaded.items():
@@ -766,13 +768,13 @@ class BootServer:
         content = answer.artifact.content
         return Reply(status, headers, content if span is None else content[start:stop])
 
-    async def _answer(self, request, snapshot, interface, token, name):
+    async def _answer(self, request, snapshot, interface, token, name, by_mac=None):
         """Check access, choose the artifact, record the fetch, then answer."""
         machine = snapshot.machine if snapshot is not None else None
         try:
-            artifacts.check_access(self.services, machine, interface, token, name,
-                                   request.remote, snapshot.token(self.services, interface)
-                                   if snapshot is not None else None)
+            bound = artifacts.check_access(
+                self.services, machine, interface, token, name, request.remote,
+                snapshot.token(self.services, interface) if snapshot is not None else None)
             if name == artifacts.SCRIPT_NAME:
                 answer = snapshot.script(self.services, interface, token)
             else:
@@ -787,7 +789,7 @@ class BootServer:
         if response.status in artifacts.EVIDENCE_STATUSES:
             await self.evidence.add(artifacts.fetch_evidence(
                 machine.id, interface, name, request.remote, request.headers.get("range"),
-                timed=False))
+                timed=False, bound=bound, by_mac=by_mac))
         return response
 
     # -- the RSGI application ---------------------------------------------------------
@@ -897,9 +899,11 @@ class BootServer:
         snapshot = await self.snapshots.get(machine_id) if machine_id is not None else None
         if snapshot is None:
             return self._metalboot_error(request, artifacts.not_found())
-        return await self._answer(request, snapshot, interface,
-                                  snapshot.token(self.services, interface),
-                                  artifacts.SCRIPT_NAME)
+        binding = artifacts.mac_binding(self.services, snapshot.machine, request.remote)
+        token = snapshot.token(self.services, interface) if binding != artifacts.UNBOUND \
+            else artifacts.script_token(self.services, snapshot.machine, interface, binding)
+        return await self._answer(request, snapshot, interface, token,
+                                  artifacts.SCRIPT_NAME, by_mac=binding)
 
     async def partition_artifact(self, request, partition_id, interface, name):
         answer = await self.partition_artifacts.get((partition_id, interface, name))
@@ -932,7 +936,7 @@ class BootServer:
                                    fields={k: ["Unknown field."] for k in unknown})
             token = artifacts.bearer_token(request.headers.get("authorization")) \
                 or body.get("token")
-            await asyncio.get_running_loop().run_in_executor(
+            bound = await asyncio.get_running_loop().run_in_executor(
                 self.reads, self._check_report, machine_id, token, body["boot_interface"])
         except MetalbootError as exc:
             return self._metalboot_error(request, exc)
@@ -940,7 +944,8 @@ class BootServer:
             return self._error(request, 413, "the request body is larger than [api] "
                                              "max_request_body_size allows")
         evidence_id = await self.evidence.add(
-            artifacts.report_evidence(machine_id, body, request.remote, timed=False),
+            artifacts.report_evidence(machine_id, body, request.remote, timed=False,
+                                      bound=bound),
             with_id=True)
         return self._json(request, 201, {"machine_id": machine_id, "evidence_id": evidence_id})
 
@@ -975,7 +980,8 @@ class BootServer:
 
     def _check_report(self, machine_id, token, boot_interface):
         with self.services.db.read_conn() as conn:
-            artifacts.check_report(self.services, conn, machine_id, token, boot_interface)
+            return artifacts.check_report(self.services, conn, machine_id, token,
+                                          boot_interface)
 
     async def start(self):
         self.snapshots.start()

@@ -2,6 +2,8 @@
 
 from oslo_config import cfg
 
+from metalboot_framework.address_binding import prefix_entry
+
 opts = [
     cfg.StrOpt("template_dir",
                help="Directory searched before the built-in templates, so that a "
@@ -10,6 +12,18 @@ opts = [
                help="Template rendered into each machine's boot.ipxe."),
     cfg.StrOpt("cache_dir", default="$state_path/artifacts",
                help="Directory for built artifacts (ISOs), named by content hash."),
+    cfg.ListOpt("boot_network_prefixes", default=[],
+                item_type=prefix_entry,
+                help="Prefixes of the boot network, each PREFIX (every partition) or "
+                     "PARTITION=PREFIX (e.g. fra-1=2001:db8:1::/64, 10.1.0.0/24). A fetch "
+                     "of boot.ipxe by MAC from an address in a prefix of the machine's "
+                     "partition proves the machine's boot, as one from the EUI-64 "
+                     "(SLAAC) address of one of its MACs, one of its registered NIC "
+                     "addresses or a dnsmasq lease of one of its MACs ([dnsmasq] "
+                     "lease_file) does; from any other address it is recorded as "
+                     "unverified and does not finish a migration step. Loopback is no "
+                     "exception: list 127.0.0.0/8 and ::1/128 only where the machines "
+                     "really fetch from this host (tests, demos)."),
 ]
 
 

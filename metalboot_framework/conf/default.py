@@ -27,7 +27,8 @@ opts = [
     cfg.StrOpt("state_path", default=_default_state_path(),
                sample_default="$XDG_STATE_HOME/metalboot or ~/.local/state/metalboot",
                help="Directory for the SQLite database, the generated admin token "
-                    "and the secret that signs per-machine tokens. The environment "
+                    "and the key that seals BMC passwords ([database] "
+                    "bmc_password_key_file). The environment "
                     "variable METALBOOT_STATE_DIR overrides the built-in default."),
     cfg.StrOpt("host", default=socket.gethostname(), sample_default="<hostname>",
                help="Name of this conductor; it marks the machine locks it holds."),

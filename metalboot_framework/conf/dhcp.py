@@ -53,6 +53,12 @@ dnsmasq_opts = [
                help="dnsmasq's pid file. When set, the files that mark a removed "
                     "machine (dnsmasq keeps removed host lines until it restarts) "
                     "are deleted once dnsmasq has restarted after they were written."),
+    cfg.StrOpt("lease_file",
+               help="dnsmasq's lease file (--dhcp-leasefile, e.g. "
+                    "/var/lib/misc/dnsmasq.leases), readable by metalboot. When set, a "
+                    "fetch of boot.ipxe by MAC from the IPv4 address dnsmasq leased to "
+                    "one of the machine's MACs proves its boot ([artifacts] "
+                    "boot_network_prefixes)."),
 ]
 
 kea_opts = [

@@ -220,16 +220,22 @@ class Database:
         with self.read_engine.connect() as conn:
             yield conn
 
-    def alembic_config(self, connection):
+    def alembic_config(self, connection, password_key=None):
         cfg = alembic.config.Config()
         cfg.set_main_option("script_location", MIGRATIONS_DIR)
         cfg.attributes["connection"] = connection
+        # the revision that seals stored BMC passwords needs the key
+        cfg.attributes["password_key"] = password_key
         return cfg
 
-    def upgrade(self, revision="head"):
+    def upgrade(self, revision="head", password_key=None):
+        """Upgrade the schema; ``password_key`` (a
+        :class:`~metalboot_framework.store.password_key.PasswordKey`) is needed
+        where stored BMC passwords are still to be sealed."""
         with self.write_engine.connect() as connection:
-            alembic.command.upgrade(self.alembic_config(connection), revision)
+            alembic.command.upgrade(self.alembic_config(connection, password_key), revision)
             connection.commit()
+        self.checkpoint()  # what the upgrade rewrote, into the database file now
 
     def current_revision(self):
         from alembic.runtime.migration import MigrationContext

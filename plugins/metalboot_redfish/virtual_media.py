@@ -6,7 +6,9 @@ activate: eject whatever media is inserted, insert the partition's iPXE ISO
 ``Enabled=Once``, ``Mode=UEFI``, and reset. The firmware boots the ISO's El Torito
 EFI image, i.e. iPXE, which runs ``autoexec.ipxe``: SLAAC (``ifconf -c ipv6``)
 and ``chain`` of boot.ipxe looked up by MAC. That boot.ipxe fetch is the
-evidence (the ISO download is the BMC's, not the machine's).
+evidence when it comes from an address bound to the machine, its SLAAC
+(EUI-64) address first of all (``metalboot_framework.address_binding``); the
+ISO download is the BMC's, not the machine's.
 """
 
 import logging

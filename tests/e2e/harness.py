@@ -400,7 +400,9 @@ class Harness:
                 port=SERVER_PORT, public_url=PUBLIC_URL, token=ADMIN_TOKEN,
                 templates=TEMPLATE_DIR, ipxe_efi=ipxe_efi, dns6=V6_SERVER, dns4=V4_SERVER,
                 hosts=self.dnsmasq_dirs["hosts"], opts=self.dnsmasq_dirs["opts"],
-                dnsmasq_pid=self.dnsmasq_pid_file, kea_include=self.kea_include,
+                dnsmasq_pid=self.dnsmasq_pid_file,
+                dnsmasq_leases=os.path.join(os.path.dirname(self.dnsmasq_pid_file), "leases"),
+                kea_include=self.kea_include,
                 kea_socket=self.kea_socket))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -692,6 +694,7 @@ ipv4_dns_servers = {dns4}
 hostsdir = {hosts}
 optsdir = {opts}
 pid_file = {dnsmasq_pid}
+lease_file = {dnsmasq_leases}
 
 [kea]
 include_file = {kea_include}

@@ -282,7 +282,8 @@ def add_machine(services, emulator_url, system, machine_id=None, partition_id="p
             s.flush()
         s.add(models.Machine(id=machine_id, partition_id=partition_id,
                              bmc_address=emulator_url, bmc_username=username,
-                             bmc_password=password, bmc_verify_tls=False,
+                             bmc_password=services.password_key.seal(password),
+                             bmc_verify_tls=False,
                              boot_interface=interface, boot_mode=boot_mode, state="ready",
                              properties={"redfish_system_id": system["uuid"]},
                              token_generation=1))

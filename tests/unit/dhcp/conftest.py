@@ -57,7 +57,8 @@ def make_task(services):
             session.add(models.Machine(id=machine_id, partition_id="p1",
                                        boot_interface=interface, boot_mode=boot_mode,
                                        bmc_address=bmc_address, bmc_username="admin",
-                                       bmc_password="secret", properties={}))
+                                       bmc_password=services.password_key.seal("secret"),
+                                       properties={}))
             session.flush()
             for i, nic in enumerate(nics):
                 session.add(models.Nic(machine_id=machine_id, position=i, **nic))

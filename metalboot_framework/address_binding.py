@@ -1,0 +1,146 @@
+"""Whether a fetch of boot.ipxe by MAC came from an address its machine can have.
+
+``GET /boot/mac/<mac>/<interface>/boot.ipxe`` carries no secret: anyone on the
+boot network who knows (or guesses) a MAC can ask for it. Such a fetch proves
+the machine's boot only when it comes from an address the machine can have on
+that path (see ``doc/architecture.rst``, "Threat model"):
+
+- ``eui64``: an IPv6 address whose interface identifier is the modified
+  EUI-64 of one of the machine's MACs -- what SLAAC gives it (iPXE's
+  ``ifconf -c ipv6`` always forms its addresses so), under any prefix;
+- ``nic-address``: the ``ipv4_address`` or ``ipv6_address`` registered for
+  one of its NICs (what a DHCP reservation hands it, e.g. Kea's with
+  ``[kea] reserve_addresses``);
+- ``dhcp-lease``: an IPv4 address dnsmasq leased to one of its MACs, read
+  from dnsmasq's lease file (``[dnsmasq] lease_file``);
+- ``prefix``: an address in a prefix ``[artifacts] boot_network_prefixes``
+  gives the machine's partition (or every partition).
+
+Anything else -- loopback too, unless a configured prefix holds it -- is
+unbound: the fetch is served, but recorded as ``unverified`` evidence with a
+script whose token proves nothing either (:mod:`metalboot_framework.tokens`).
+"""
+
+import ipaddress
+import logging
+import os
+import threading
+import time
+
+LOG = logging.getLogger(__name__)
+
+_LOW64 = (1 << 64) - 1
+
+
+def parse_prefix_entry(text):
+    """``PREFIX`` or ``PARTITION=PREFIX`` -> (partition or None, network)."""
+    partition, _, prefix = text.strip().rpartition("=")
+    try:
+        network = ipaddress.ip_network(prefix.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not PREFIX or PARTITION=PREFIX (e.g. "
+                         f"fra-1=2001:db8:1::/64 or 10.0.0.0/24)") from None
+    return partition.strip() or None, network
+
+
+def prefix_entry(text):
+    """oslo.config item type of ``boot_network_prefixes``: the entry, checked."""
+    parse_prefix_entry(text)
+    return text.strip()
+
+
+def eui64_interface_id(mac):
+    """The modified EUI-64 interface identifier (RFC 4291, appendix A) of ``mac``."""
+    b = bytes.fromhex(mac.replace(":", "").replace("-", ""))
+    return int.from_bytes(bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:6], "big")
+
+
+def client_ip(address):
+    """The client's address as an ip_address (an IPv4-mapped IPv6 address as
+    IPv4, without a zone), or None if it is none."""
+    try:
+        ip = ipaddress.ip_address(str(address).split("%", 1)[0])
+    except ValueError:
+        return None
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+class DnsmasqLeases:
+    """The IPv4 leases in dnsmasq's lease file, read again when it changed.
+
+    Lines ``<expiry> <mac> <address> <hostname> <client id>`` (DHCPv6 lines,
+    after ``duid ...``, have no MAC and are skipped); expiry 0 never expires.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp, self._leases = None, {}
+
+    def addresses(self, macs, now=None):
+        leases = self._current()
+        now = time.time() if now is None else now
+        return {ip for mac in macs for ip, expiry in leases.get(mac, ())
+                if expiry == 0 or expiry > now}
+
+    def _current(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                self._leases, self._stamp = self._read(), stamp
+            return self._leases
+
+    def _read(self):
+        leases = {}
+        try:
+            with open(self.path, encoding="ascii", errors="replace") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) < 3 or len(parts[1]) != 17 or parts[1].count(":") != 5:
+                        continue
+                    ip = client_ip(parts[2])
+                    if ip is None or not parts[0].isdigit():
+                        continue
+                    leases.setdefault(parts[1].lower(), []).append((ip, int(parts[0])))
+        except OSError as exc:
+            LOG.warning("cannot read dnsmasq's lease file %s: %s", self.path, exc.strerror)
+        return leases
+
+
+class AddressBinding:
+    """The rule above, from the configuration (one per process)."""
+
+    def __init__(self, conf):
+        self.prefixes = [parse_prefix_entry(entry)
+                         for entry in conf.artifacts.boot_network_prefixes]
+        lease_file = conf.dnsmasq.lease_file
+        self.leases = DnsmasqLeases(lease_file) if lease_file else None
+
+    def bound_by(self, machine, client_address):
+        """How ``client_address`` is bound to ``machine`` (a MachineInfo):
+        ``eui64``, ``nic-address``, ``prefix`` or ``dhcp-lease``; None if it is not."""
+        ip = client_ip(client_address)
+        if ip is None:
+            return None
+        nics = machine.nics
+        if ip.version == 6 and any(int(ip) & _LOW64 == eui64_interface_id(nic.mac)
+                                   for nic in nics):
+            return "eui64"
+        for nic in nics:
+            for registered in (nic.ipv4_address, nic.ipv6_address):
+                if registered and client_ip(registered) == ip:
+                    return "nic-address"
+        for partition, network in self.prefixes:
+            if partition in (None, machine.partition_id) and ip.version == network.version \
+                    and ip in network:
+                return "prefix"
+        if self.leases is not None and ip.version == 4 \
+                and ip in self.leases.addresses([nic.mac for nic in nics]):
+            return "dhcp-lease"
+        return None
