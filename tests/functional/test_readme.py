@@ -42,8 +42,8 @@ def sh_blocks(text):
 
 
 # After the README's commands: wait until both machines it migrated are on
-# fake-alt with evidence (the REST migration is not watched by the README), and
-# report what the API says about them.
+# fake-alt with evidence and both migrations have finished (the REST migration
+# is not watched by the README), and report what the API says about them.
 CHECK = r"""
 python - <<'EOF'
 import json, os, time, urllib.request
@@ -58,11 +58,12 @@ deadline = time.monotonic() + 30
 while True:
     machines = {i: get("/machines/" + i) for i in ids}
     evidence = {i: get("/machines/%%s/evidence" %% i)["evidence"] for i in ids}
+    migrations = get("/migrations")["migrations"]
     if all(m["boot_interface"] == "fake-alt" and m["state"] == "ready"
-           for m in machines.values()) or time.monotonic() > deadline:
+           for m in machines.values()) and all(
+           m["finished_at"] for m in migrations) or time.monotonic() > deadline:
         break
     time.sleep(0.2)
-migrations = get("/migrations")["migrations"]
 print("RESULT " + json.dumps({"machines": machines, "evidence": evidence,
                               "migrations": migrations}))
 EOF
@@ -126,7 +127,7 @@ def test_readme_first_flow_works_as_written(tmp_path):
     assert "Traceback" not in stdout + stderr + log, report
 
     # the CLI's watch saw the migration finish with its machine done
-    assert re.search(r"migration \S+ done: done 1", stdout), report
+    assert re.search(r"migration \S+ done, succeeded: done 1", stdout), report
     result = json.loads(stdout.split("RESULT ", 1)[1])
     for machine_id in MACHINES:
         machine = result["machines"][machine_id]
