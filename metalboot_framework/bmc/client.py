@@ -121,6 +121,12 @@ class BmcClient:
         return f"<BmcClient {self.url} system={self.system_label}>"
 
     @property
+    def vendor(self):
+        """The vendor as the quirk table names it, once known."""
+        quirks = self._quirks
+        return quirks.vendor if quirks is not None and quirks.name != "generic" else None
+
+    @property
     def system_label(self):
         return self._path or self.system_path_hint() or "(default)"
 
@@ -137,10 +143,12 @@ class BmcClient:
     def learn(self, conn, name, value):
         conn.facts[(self.system_path(conn), name)] = value
 
-    def run(self, operation, fn, retry_during_post=None):
-        """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``."""
-        if retry_during_post is None:
-            retry_during_post = bool(self._quirks and self._quirks.retry_during_post)
+    def run(self, operation, fn, idempotent=True):
+        """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``.
+
+        ``idempotent=False`` (a reset, a media insert): see retry.Policy.run; the
+        caller handles :class:`~metalboot_framework.bmc.retry.OutcomeUnknown`.
+        """
         attempts = [0]
 
         def attempt():
@@ -156,14 +164,17 @@ class BmcClient:
 
         try:
             return self.policy.run(
-                attempt, retry_during_post=retry_during_post, on_transient=on_transient,
+                attempt, on_transient=on_transient, idempotent=idempotent,
                 describe=lambda: f"BMC {self.address}, system {self.system_label}: {operation}")
+        except retry_mod.OutcomeUnknown:
+            raise  # the caller reads the BMC's state and decides
         except Exception as exc:
             if isinstance(exc, sushy.exceptions.AccessError):
                 self.cache.invalidate(self.url, self.username)
             error = retry_mod.translate(exc, address=self.address, system=self.system_label,
                                         operation=operation, username=self.username,
-                                        password=self._password, attempts=attempts[0])
+                                        password=self._password, attempts=attempts[0],
+                                        vendor=self.vendor)
             if error is exc:
                 raise
             raise error from None
@@ -264,7 +275,10 @@ class BmcClient:
         bios_path = (system.get("Bios") or {}).get("@odata.id")
         if not bios_path:
             return None, None
-        bios, _ = self.get_json(conn, bios_path)
+        try:
+            bios, _ = self.get_json(conn, bios_path)
+        except sushy.exceptions.ResourceNotFoundError:
+            return None, None  # linked but not served: no BIOS settings to use
         settings = ((bios.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
             .get("@odata.id") or bios_path.rstrip("/") + "/Settings"
         return bios.get("Attributes") or {}, settings

@@ -11,6 +11,7 @@ from typing import Optional, Sequence, Tuple
 
 DELL_SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
 DELL_MANAGER = "/redfish/v1/Managers/iDRAC.Embedded.1"
+SMC_MANAGER = "/redfish/v1/Managers/1"
 
 #: Dell: the UEFI HTTP boot device attributes of the iDRAC9/10 BIOS attribute
 #: registry (Dell "iDRAC Redfish API Guide", BIOS attributes HttpDev1*; Dell
@@ -85,7 +86,27 @@ PROFILES = {
         busy=(400, "IDRAC.2.8.SYS518", "iDRAC is not ready. The configuration values "
                                        "cannot be accessed. Retry the operation."),
     ),
-    "supermicro-x12": Profile("supermicro-x12", etag_in="both"),
+    "supermicro-x12": Profile(
+        "supermicro-x12", etag_in="both",
+        overlays=(
+            (SMC_MANAGER, {"Id": "1", "Manufacturer": "Supermicro", "Model": "X12",
+                           "VirtualMedia": {"@odata.id": SMC_MANAGER + "/VirtualMedia"}},
+             "Supermicro Redfish Reference Guide (X12): Managers/1"),
+            (SMC_MANAGER + "/VirtualMedia", {"Members": [
+                {"@odata.id": SMC_MANAGER + "/VirtualMedia/CD1"}]},
+             "Supermicro Redfish Reference Guide (X12): VirtualMedia collection"),
+            (SMC_MANAGER + "/VirtualMedia/CD1", {
+                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Image": None, "Inserted": False,
+                "Actions": {
+                    "#VirtualMedia.InsertMedia": {
+                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
+                                                "VirtualMedia.InsertMedia"},
+                    "#VirtualMedia.EjectMedia": {
+                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
+                                                "VirtualMedia.EjectMedia"}}},
+             "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
+             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json"),
+        )),
     "lenovo-xcc": Profile("lenovo-xcc", if_match_required=True, etag_in="body",
                           media_patch=True),
     "dmtf-public-rackmount1": Profile("dmtf-public-rackmount1"),
