@@ -9,9 +9,9 @@ A call gives up once ``[bmc] call_timeout`` seconds have passed since it began.
 
 A request that is not idempotent (a reset, a media insert) is sent again only
 when it surely never reached the BMC (connection refused, connect timeout) or
-the BMC refused it (503, busy). After a read timeout or another 5xx the BMC may
-have done it: :class:`OutcomeUnknown` tells the caller to read the BMC's state
-and decide.
+the BMC answered that it failed (5xx, busy). After a read timeout or a
+connection dropped after sending, the BMC may have done it:
+:class:`OutcomeUnknown` tells the caller to read the BMC's state and decide.
 """
 
 import logging
@@ -57,8 +57,8 @@ def never_reached_bmc(exc):
 
 
 def refused_by_bmc(exc):
-    """A 5xx with which the BMC says it did not do the request (503)."""
-    return isinstance(exc, sushy_exc.ServerSideError) and exc.status_code == 503
+    """A 5xx: the BMC answered, saying that the request failed."""
+    return isinstance(exc, sushy_exc.ServerSideError)
 
 
 class OutcomeUnknown(Exception):

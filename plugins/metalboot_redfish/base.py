@@ -51,6 +51,16 @@ class RedfishBootInterface(BootInterface):
                 f"machine {task.machine.id} cannot use {self.name}: " + "; ".join(
                     f"{k} {', '.join(v)}" for k, v in fields.items()), fields=fields)
 
+    @staticmethod
+    def check_boot_mode(state):
+        """Fields of a system that does not boot UEFI now: metalboot never
+        switches a machine's boot mode on its own."""
+        if state.mode not in (None, "UEFI"):
+            return {"BootSourceOverrideMode": [
+                f"the system boots {state.mode}; set its firmware to UEFI first "
+                f"(metalboot does not switch boot modes)"]}
+        return {}
+
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path
         try:

@@ -60,16 +60,18 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         self.check_ipxe_binary(task)
         client = self.client(task)
         state = client.boot_state()
-        fields = {}
+        fields = self.check_boot_mode(state)
         if state.allowed_targets is not None and TARGET not in state.allowed_targets:
             fields["BootSourceOverrideTarget"] = [
                 f"UefiHttp is not allowed (allowed: {', '.join(state.allowed_targets)})"]
         if state.http_boot_uri_location is None:
-            fields["HttpBootUri"] = ["the system has no Boot.HttpBootUri and no BIOS "
-                                     "attribute HttpDev1Uri"]
+            attribute = state.quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
+            fields["HttpBootUri"] = [f"the system has no Boot.HttpBootUri and its BIOS no "
+                                     f"attribute {attribute}"]
         if fields:
             raise ValidationFailed(
-                f"BMC {client.address}, system {client.system_label} cannot UEFI HTTP boot "
+                f"BMC {client.address} ({state.quirks.vendor}), system {client.system_label} "
+                f"cannot UEFI HTTP boot "
                 f"machine {task.machine.id}: " + "; ".join(
                     f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
 

@@ -111,6 +111,17 @@ def corpus_documents(vendor):
     return docs
 
 
+def set_up_for_uefi(docs):
+    """The change an operator makes before migrating a machine captured in
+    Legacy mode: the firmware boots UEFI (Boot.BootSourceOverrideMode and the
+    BIOS boot mode say so)."""
+    system = docs[normalise(docs["/redfish/v1/Systems"]["Members"][0]["@odata.id"])]
+    system["Boot"]["BootSourceOverrideMode"] = "UEFI"
+    bios = docs.get(normalise((system.get("Bios") or {}).get("@odata.id") or "-"))
+    if bios and "BootMode" in (bios.get("Attributes") or {}):
+        bios["Attributes"]["BootMode"] = "Uefi"
+
+
 def normalise(path):
     path = path.split("?")[0].rstrip("/") or "/"
     return "/redfish/v1/" if path == "/redfish/v1" else path
@@ -174,6 +185,8 @@ class MockRedfishBmc:
         self.fail_rate = 0.0
         self.busy = 0
         self.eject_conflict = False
+        self.eject_ignored = False      # EjectMedia answered 204, media kept
+        self.if_matches = []            # (path, If-Match or None) of each PATCH
         self.password = password
         self.random = random.Random(seed)
         self.active = self.most_active = 0  # requests under way: now, at most
@@ -295,6 +308,7 @@ class MockRedfishBmc:
 
     def check_if_match(self, path, headers):
         given = headers.get("If-Match")
+        self.if_matches.append((path, given))
         if given is None:
             if self.profile.if_match_required:
                 raise Fault(428, "Base.1.8.PreconditionRequired",
@@ -395,6 +409,8 @@ class MockRedfishBmc:
             if self.eject_conflict:
                 raise Fault(409, "Base.1.8.ResourceInUse",
                             "The media cannot be ejected: it is in use.")
+            if self.eject_ignored:
+                return 204, None, {}
             device.update(Image=None, Inserted=False)
             return 204, None, {}
         raise Fault(405, "Base.1.0.GeneralError", "not supported")
@@ -515,8 +531,11 @@ def vendor_bmc():
     from vendor_behaviour import PROFILES
     started = []
 
-    def start(vendor, **kwargs):
-        bmc_ = MockRedfishBmc(corpus_documents(vendor), PROFILES[vendor], **kwargs)
+    def start(vendor, uefi=False, **kwargs):
+        docs = corpus_documents(vendor)
+        if uefi:
+            set_up_for_uefi(docs)
+        bmc_ = MockRedfishBmc(docs, PROFILES[vendor], **kwargs)
         started.append(bmc_)
         return bmc_
 

@@ -61,8 +61,10 @@ def test_supermicro_always_gets_enabled(tmp_path, mock_redfish_bmc):
     bmc = mock_redfish_bmc("Supermicro", "X12")
     bmc.boot["BootSourceOverrideEnabled"] = "Once"
     client(tmp_path, bmc).set_boot_override("Cd", "Once", "UEFI")
+    # Enabled and Mode sent although unchanged (Supermicro drops them otherwise)
     assert bmc.requests("PATCH") == [{"Boot": {"BootSourceOverrideTarget": "Cd",
-                                               "BootSourceOverrideEnabled": "Once"}}]
+                                               "BootSourceOverrideEnabled": "Once",
+                                               "BootSourceOverrideMode": "UEFI"}}]
 
 
 def test_hpe_retried_while_in_post(tmp_path, mock_redfish_bmc):
@@ -106,12 +108,14 @@ def test_http_boot_uri_in_bios_attribute(tmp_path, mock_redfish_bmc, vendor, mod
     boot_patch = bmc.requests("PATCH")[0]["Boot"]
     assert boot_patch["BootSourceOverrideTarget"] == "UefiHttp" and "HttpBootUri" not in boot_patch
     state = c.boot_state()
-    assert (state.http_boot_uri_location, state.http_boot_uri) == ("Bios.HttpDev1Uri", URI)
+    # pending until the BIOS applies it at the reset
+    assert (state.http_boot_uri_location, state.http_boot_uri_next) == ("Bios.HttpDev1Uri", URI)
+    power.reset(c)
+    assert c.boot_state().http_boot_uri == URI
     cleared = c.clear_boot_override()
-    assert bmc.requests("PATCH", SYSTEM + "/Bios/Settings")[-1] == \
-        {"Attributes": {"HttpDev1Uri": ""}}
+    assert bmc.requests("PATCH", SYSTEM + "/Bios/Settings")[-1]["Attributes"]["HttpDev1Uri"] == ""
     assert any("Bios.HttpDev1Uri" in item for item in cleared)
-    assert c.boot_state().http_boot_uri is None
+    assert c.boot_state().http_boot_uri_next is None
 
 
 def test_no_place_for_http_boot_uri(tmp_path, mock_redfish_bmc):
