@@ -281,6 +281,14 @@ class BmcClient:
         return self._quirks
 
     # -- boot override ----------------------------------------------------------
+    def manager(self):
+        """The first manager of the system (Manager document), or {}."""
+        def read(conn):
+            system, _ = self.system_json(conn, reuse=LINKS)
+            managers = (system.get("Links") or {}).get("ManagedBy") or []
+            return self.get_json(conn, managers[0]["@odata.id"])[0] if managers else {}
+        return self.run("read Manager (FirmwareVersion)", read)
+
     def quirks_known(self):
         """The quirks, read by an earlier call of this client (GENERIC if none)."""
         return self._quirks or quirks_mod.GENERIC

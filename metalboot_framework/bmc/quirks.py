@@ -8,7 +8,7 @@ matrix in doc/boot-interfaces/vendors.rst is checked against it by a test.
 
 import dataclasses
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,12 @@ class Quirks:
     bios_config_job: Optional[str] = None
     #: The CD boot target for virtual media, when not Cd.
     virtual_media_target: Optional[str] = None
+    #: Manager firmware major versions (first, last) with which standard
+    #: virtual media boots the virtual CD; outside them ``Cd`` is the physical
+    #: drive (iDRAC9 before 6.x). Managers whose Model matches
+    #: ``virtual_media_newer_models`` (iDRAC10, numbered from 1.x) are exempt.
+    virtual_media_firmware: Optional[Tuple[int, int]] = None
+    virtual_media_newer_models: Optional[str] = None
     #: Public source of this row.
     source: str = ""
 
@@ -67,9 +73,12 @@ TABLE = (
         name="dell", vendor="Dell iDRAC", http_boot_uri_bios_attribute="HttpDev1Uri",
         http_boot_enable_bios_attribute="HttpDev1EnDis",
         http_boot_protocol_bios_attribute="HttpDev1Protocol",
-        bios_config_job="Jobs",
+        bios_config_job="Jobs", virtual_media_firmware=(6, 7),
+        virtual_media_newer_models=r"\b1[7-9]G\b",
         source="dell/iDRAC-Redfish-Scripting BiosSetAttributeREDFISH.py (config job "
-               "with TargetSettingsURI); Dell iDRAC Redfish API Guide (HttpDev1*)")),
+               "with TargetSettingsURI); Dell iDRAC Redfish API Guide (HttpDev1*); "
+               "openstack/ironic drivers/modules/drac/boot.py (virtual media on "
+               "iDRAC 6.x-7.x, iDRAC10 slot 1)")),
     (r"^Lenovo", None, Quirks(
         name="lenovo", vendor="Lenovo XCC",
         source="ansible-collections/community.general #56050 (If-Match required); "
@@ -124,3 +133,21 @@ def is_busy_refusal(message):
 
 
 is_post_refusal = is_busy_refusal
+
+
+def virtual_media_firmware_problem(quirks, manager):
+    """Why this vendor's manager firmware cannot boot standard virtual media,
+    or None. ``manager``: its Manager document."""
+    if not quirks.virtual_media_firmware:
+        return None
+    model = str(manager.get("Model") or "")
+    if quirks.virtual_media_newer_models and re.search(quirks.virtual_media_newer_models,
+                                                       model):
+        return None
+    version = str(manager.get("FirmwareVersion") or "")
+    match = re.match(r"(\d+)\.", version)
+    first, last = quirks.virtual_media_firmware
+    if match and first <= int(match.group(1)) <= last:
+        return None
+    return (f"{quirks.vendor} firmware {version or '(unknown)'} maps the virtual CD to the "
+            f"physical drive; standard virtual media needs firmware {first}.x to {last}.x")

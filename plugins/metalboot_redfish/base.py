@@ -2,10 +2,13 @@
 
 import logging
 
+from sqlalchemy import select
+
 from metalboot_framework.boot_interface import Artifact, BootInterface, Property
 from metalboot_framework.bmc import client as bmc_client
 from metalboot_framework.bmc import power
 from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
+from metalboot_framework.store import models
 from metalboot_redfish import conf as redfish_conf
 from metalboot_redfish import iso as iso_mod
 
@@ -60,6 +63,43 @@ class RedfishBootInterface(BootInterface):
                 f"the system boots {state.mode}; set its firmware to UEFI first "
                 f"(metalboot does not switch boot modes)"]}
         return {}
+
+    # -- the operator's own boot override -------------------------------------
+    def remember_override(self, task, client, ours):
+        """In prepare: record an override someone else set (an operator's
+        ``Continuous Hdd``) as an event, so that clean_up can restore it."""
+        state = client.boot_state()
+        if state.enabled not in OVERRIDE_ACTIVE or state.target in ours:
+            return None
+        found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
+        task.record_event(f"{self.name}.found_override",
+                          f"BMC {client.address} system {client.system_label}: found "
+                          f"BootSourceOverride {state.enabled} {state.target}; restored by "
+                          f"clean-up", interface=self.name, override=found)
+        return found
+
+    def found_override(self, task):
+        """The override :meth:`remember_override` recorded last, or None."""
+        with task.services.db.read() as session:
+            data = session.execute(
+                select(models.Event.data).where(
+                    models.Event.machine_id == task.machine.id,
+                    models.Event.kind == f"{self.name}.found_override")
+                .order_by(models.Event.id.desc()).limit(1)).scalar()
+        return (data or {}).get("override")
+
+    def restore_override(self, task, client):
+        """In clean_up, after ours is cleared: put back the override found in
+        prepare, unless another one is active now (the next interface's)."""
+        found = self.found_override(task)
+        if not found:
+            return None
+        state = client.boot_state()
+        if state.enabled in OVERRIDE_ACTIVE:
+            return None
+        client.set_boot_override(found["target"], enabled=found["enabled"],
+                                 mode=found.get("mode") or state.mode)
+        return f"restored BootSourceOverride {found['enabled']} {found['target']}"
 
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path

@@ -75,12 +75,17 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
                 f"machine {task.machine.id}: " + "; ".join(
                     f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
 
-    def prepare(self, task):
+    def ensure_artifact(self, task):
         if self.artifact_name(task.conf) == "ipxe.iso":
             self.ensure_iso(task.services, task.partition.id)
 
+    def prepare(self, task):
+        self.ensure_artifact(task)
+        if task.machine.bmc and task.machine.bmc.address:
+            self.remember_override(task, self.client(task), (TARGET,))
+
     def activate(self, task):
-        self.prepare(task)
+        self.ensure_artifact(task)
         client = self.client(task)
         uri = self.expected_uri(task)
         enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
@@ -122,7 +127,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
             return
         client = self.client(task)
         cleared = client.clear_boot_override(only_targets=(TARGET,), clear_http_boot_uri=True)
+        restored = self.restore_override(task, client)
         task.record_event(f"{self.name}.clean_up",
                           f"BMC {client.address} system {client.system_label}: cleared "
-                          + (", ".join(cleared) if cleared else "nothing (already clean)"),
-                          interface=self.name)
+                          + (", ".join(cleared) if cleared else "nothing (already clean)")
+                          + (f"; {restored}" if restored else ""), interface=self.name)

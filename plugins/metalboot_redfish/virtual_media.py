@@ -14,7 +14,7 @@ evidence (the ISO download is the BMC's, not the machine's).
 import dataclasses
 import logging
 
-from metalboot_framework.bmc import media
+from metalboot_framework.bmc import media, quirks
 from metalboot_framework.boot_interface import Capability
 from metalboot_framework.exceptions import ValidationFailed
 from metalboot_redfish import base
@@ -70,6 +70,10 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
             fields["BootSourceOverrideTarget"] = [
                 f"neither Cd nor UsbCd is allowed (allowed: "
                 f"{', '.join(state.allowed_targets)})"]
+        problem = quirks.virtual_media_firmware_problem(state.quirks, client.manager()) \
+            if state.quirks.virtual_media_firmware else None
+        if problem:
+            fields["Manager.FirmwareVersion"] = [problem]
         found = media.devices(client)
         if not media.insertable_cds(found):
             fields["VirtualMedia"] = [
@@ -83,6 +87,8 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
 
     def prepare(self, task):
         self.ensure_iso(task.services, task.partition.id)
+        if task.machine.bmc and task.machine.bmc.address:
+            self.remember_override(task, self.client(task), CD_TARGETS)
 
     def activate(self, task):
         spec, _ = self.ensure_iso(task.services, task.partition.id)
@@ -127,7 +133,9 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image))
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
                                              clear_http_boot_uri=False)
+        restored = self.restore_override(task, client)
         task.record_event(f"{self.name}.clean_up",
                           f"BMC {client.address} system {client.system_label}: ejected "
                           f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "
-                          f"{', '.join(cleared) or 'no override'}", interface=self.name)
+                          f"{', '.join(cleared) or 'no override'}"
+                          + (f"; {restored}" if restored else ""), interface=self.name)

@@ -166,3 +166,74 @@ def test_insert_answered_late_is_sent_once(services, vendor_bmc):
     inserts = [p for m, p, _ in bmc.log if p.endswith("InsertMedia")]
     assert len(inserts) == 1 and bmc.device("CD1")["Inserted"]
     assert bmc.resets == ["ForceRestart"]
+
+
+@pytest.mark.parametrize("interface", [VMEDIA, HTTP])
+def test_the_operators_override_is_restored(services, vendor_bmc, interface):
+    """XCC as captured has a pending "Once Hdd" of the operator's; the iDRAC
+    gets a "Continuous Hdd". Clean-up (a rollback) leaves them as found."""
+    vendor = "lenovo-xcc" if interface == VMEDIA else "dell-idrac9"
+    bmc = vendor_bmc(vendor, uefi=True)
+    if interface == HTTP:
+        bmc.boot.update(BootSourceOverrideEnabled="Continuous", BootSourceOverrideTarget="Hdd")
+    before = {k: bmc.boot[k] for k in ("BootSourceOverrideEnabled", "BootSourceOverrideTarget")}
+    assert before["BootSourceOverrideEnabled"] != "Disabled"
+    svc = services()
+    task = task_for(svc, bmc, interface)
+    iface = plugin(svc, interface)
+    iface.validate(task)
+    iface.prepare(task)
+    iface.activate(task)
+    assert bmc.boots[-1]["target"] in ("Cd", "UefiHttp")  # ours took the boot
+    iface.clean_up(task)
+    assert {k: bmc.boot[k] for k in before} == before
+
+
+@pytest.mark.parametrize("firmware,model,refused", [
+    ("5.10.50.00", "14G Monolithic", True), ("7.00.00.00", "15G Monolithic", False),
+    ("1.20.50.52", "17G Monolithic", False)])
+def test_idrac_firmware_outside_the_virtual_media_range_is_refused(
+        services, vendor_bmc, firmware, model, refused):
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    bmc.docs["/redfish/v1/Managers/iDRAC.Embedded.1"].update(FirmwareVersion=firmware,
+                                                             Model=model)
+    svc = services()
+    validate = plugin(svc, VMEDIA).validate
+    task = task_for(svc, bmc, VMEDIA)
+    if not refused:
+        validate(task)
+        return
+    with pytest.raises(ValidationFailed) as exc:
+        validate(task)
+    assert "Dell iDRAC firmware 5.10.50.00" in str(exc.value)
+    assert "physical drive" in str(exc.value) and "Manager.FirmwareVersion" in exc.value.fields
+
+
+def test_hpe_ilo_url_in_urlbootfile_and_eject_with_a_body(services):
+    """iLO (documents written after HPE's iLO 5 resource definitions, no
+    captured dump): no Boot.HttpBootUri, the URL goes to BIOS UrlBootFile,
+    applied at the reset; a body-less POST answers 415."""
+    from redfish_mock_bmc import MockRedfishBmc, vendor_documents
+    from vendor_behaviour import Profile
+    bmc = MockRedfishBmc(vendor_documents("HPE", "ProLiant DL360 Gen10", http_boot_uri=False,
+                                          bios_uri_attribute="UrlBootFile"),
+                         Profile("hpe-ilo5", empty_post_415=True))
+    try:
+        svc = services()
+        task = task_for(svc, bmc, HTTP)
+        iface = plugin(svc, HTTP)
+        iface.validate(task)
+        iface.activate(task)
+        assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
+        assert bmc.resets == ["ForceRestart"]
+        bmc.device("CD1").update(Image="http://other/x.iso", Inserted=True)
+        vm_task = task_for(svc, bmc, VMEDIA, "m2")
+        plugin(svc, VMEDIA).activate(vm_task)
+        assert bmc.device("CD1")["Image"].endswith(".iso") and \
+            bmc.device("CD1")["Image"] != "http://other/x.iso"
+        del bmc.bios_attributes["UrlBootFile"]
+        with pytest.raises(ValidationFailed) as exc:
+            iface.validate(task_for(svc, bmc, HTTP, "m3"))
+        assert "UrlBootFile" in str(exc.value) and "HPE iLO" in str(exc.value)
+    finally:
+        bmc.stop()
