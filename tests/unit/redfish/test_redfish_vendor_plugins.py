@@ -48,10 +48,11 @@ def plugin(services, interface):
     return services.interfaces.get(interface)
 
 
-def activated(services, vendor_bmc, vendor, interface):
+def activated(services, vendor_bmc, vendor, interface, boot=None):
     """(mock BMC, task, interface) after validate, prepare and activate of a
-    machine on ``vendor``'s BMC, set up for UEFI."""
+    machine on ``vendor``'s BMC, set up for UEFI (and ``boot`` set in its Boot)."""
     bmc = vendor_bmc(vendor, uefi=True)
+    bmc.boot.update(boot or {})
     svc = services()
     task = task_for(svc, bmc, interface)
     iface = plugin(svc, interface)
@@ -172,18 +173,15 @@ def test_insert_answered_late_is_sent_once(services, vendor_bmc):
 def test_the_operators_override_is_restored(services, vendor_bmc, interface):
     """XCC as captured has a pending "Once Hdd" of the operator's; the iDRAC
     gets a "Continuous Hdd". Clean-up (a rollback) leaves them as found."""
-    vendor = "lenovo-xcc" if interface == VMEDIA else "dell-idrac9"
-    bmc = vendor_bmc(vendor, uefi=True)
-    if interface == HTTP:
-        bmc.boot.update(BootSourceOverrideEnabled="Continuous", BootSourceOverrideTarget="Hdd")
-    before = {k: bmc.boot[k] for k in ("BootSourceOverrideEnabled", "BootSourceOverrideTarget")}
-    assert before["BootSourceOverrideEnabled"] != "Disabled"
-    svc = services()
-    task = task_for(svc, bmc, interface)
-    iface = plugin(svc, interface)
-    iface.validate(task)
-    iface.prepare(task)
-    iface.activate(task)
+    if interface == VMEDIA:
+        vendor, before = "lenovo-xcc", {"BootSourceOverrideEnabled": "Once",
+                                        "BootSourceOverrideTarget": "Hdd"}  # as captured
+        boot = None
+    else:
+        vendor, before = "dell-idrac9", {"BootSourceOverrideEnabled": "Continuous",
+                                         "BootSourceOverrideTarget": "Hdd"}
+        boot = before
+    bmc, task, iface = activated(services, vendor_bmc, vendor, interface, boot)
     assert bmc.boots[-1]["target"] in ("Cd", "UefiHttp")  # ours took the boot
     iface.clean_up(task)
     assert {k: bmc.boot[k] for k in before} == before
