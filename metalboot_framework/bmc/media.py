@@ -201,13 +201,19 @@ def eject(client, device):
 
 def eject_all(client, only=None, found=None):
     """Eject every device holding media for which ``only(device)`` (all without
-    it); ``found``: the devices as :func:`devices` read them (read here otherwise)."""
+    it); ``found``: the devices as :func:`devices` read them (read here otherwise).
+    Returns the ejected devices as read back after the eject."""
     ejected = []
     for device in devices(client) if found is None else found:
         if device.has_media and (only is None or only(device)):
-            eject(client, device)
-            ejected.append(device)
+            ejected.append(eject(client, device))
     return ejected
+
+
+def replace_read(found, fresh):
+    """``found`` with the devices of ``fresh`` (read later) in their place."""
+    by_path = {d.path: d for d in fresh}
+    return [by_path.get(d.path, d) for d in found]
 
 
 def _insert_one(client, device, image_url):

@@ -11,7 +11,6 @@ and ``chain`` of boot.ipxe looked up by MAC. That boot.ipxe fetch is the
 evidence (the ISO download is the BMC's, not the machine's).
 """
 
-import dataclasses
 import logging
 
 from metalboot_framework.bmc import media, quirks
@@ -97,10 +96,8 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         found = media.devices(client)  # read once: eject and insert act on it
         # only the boot type's devices: another kind's media is the operator's
         ejected = media.eject_all(client, only=lambda d: d.is_cd, found=found)
-        emptied = {d.path for d in ejected}
-        found = [dataclasses.replace(d, image=None, inserted=False) if d.path in emptied
-                 else d for d in found]
-        device = media.insert_cd(client, url, found=found)
+        # the insert acts on the devices as read back after the eject (their ETags)
+        device = media.insert_cd(client, url, found=media.replace_read(found, ejected))
         # read after the insert: the PATCH below and the reset reuse this read
         target = self.cd_target(client.boot_state()) or "Cd"
         enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")

@@ -187,6 +187,7 @@ class MockRedfishBmc:
         self.eject_conflict = False
         self.eject_ignored = False      # EjectMedia answered 204, media kept
         self.if_matches = []            # (path, If-Match or None) of each PATCH
+        self.on_boot = None             # called (in a thread) with each boot's outcome
         self.password = password
         self.random = random.Random(seed)
         self.active = self.most_active = 0  # requests under way: now, at most
@@ -423,7 +424,10 @@ class MockRedfishBmc:
             return 204, None, {}
         system["PowerState"] = "On"
         self.apply_pending()
-        self.boots.append(self.firmware_boot())
+        outcome = self.firmware_boot()
+        self.boots.append(outcome)
+        if self.on_boot is not None:  # e.g. fetch the URL, as the firmware would
+            threading.Thread(target=self.on_boot, args=(outcome,), daemon=True).start()
         return 204, None, {}
 
     def apply_pending(self):
@@ -506,7 +510,8 @@ class MockRedfishBmc:
     @property
     def bios_attributes(self):
         system = self.docs[self.system_path]
-        return self.docs[normalise(system["Bios"]["@odata.id"])]["Attributes"]
+        bios = self.docs.get(normalise((system.get("Bios") or {}).get("@odata.id") or "-"))
+        return bios.setdefault("Attributes", {}) if bios is not None else {}
 
 
 @pytest.fixture

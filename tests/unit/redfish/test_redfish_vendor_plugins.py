@@ -235,3 +235,19 @@ def test_hpe_ilo_url_in_urlbootfile_and_eject_with_a_body(services):
         assert "UrlBootFile" in str(exc.value) and "HPE iLO" in str(exc.value)
     finally:
         bmc.stop()
+
+
+def test_dell_without_apply_times_gets_a_config_job(services, vendor_bmc):
+    """An iDRAC whose BIOS advertises no SupportedApplyTimes needs a config job
+    (POST Managers/iDRAC.Embedded.1/Jobs with TargetSettingsURI)."""
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    del bmc.docs["/redfish/v1/Systems/System.Embedded.1/Bios"]["@Redfish.Settings"][
+        "SupportedApplyTimes"]
+    svc = services()
+    task = task_for(svc, bmc, HTTP)
+    iface = plugin(svc, HTTP)
+    iface.activate(task)
+    assert [j["TargetSettingsURI"] for j in bmc.jobs] == [
+        "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"]
+    assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
+    assert bmc.resets == ["ForceRestart"]
