@@ -150,12 +150,6 @@ def insertable_cds(found):
     return [d for d in found if d.is_cd and d.can_insert]
 
 
-def find_cd(client):
-    """The first device that takes a CD or DVD and an insert, or None."""
-    cds = insertable_cds(devices(client))
-    return cds[0] if cds else None
-
-
 def read_device(client, device):
     return client.run(f"read VirtualMedia {device.id}",
                       lambda conn: _device(client, conn, device.path))

@@ -112,9 +112,6 @@ BUSY_REFUSALS: Sequence[BusyRefusal] = (
                 "DMTF Base message registry"),
 )
 
-#: Kept for callers of the HPE-only name.
-POST_REFUSAL_MARKERS = tuple(b.marker for b in BUSY_REFUSALS)
-
 
 def quirks_for(manufacturer, model=None):
     """The quirks of a BMC reporting this Manufacturer and Model."""
@@ -131,8 +128,6 @@ def is_busy_refusal(message):
     message = str(message or "")
     return any(b.marker in message for b in BUSY_REFUSALS)
 
-
-is_post_refusal = is_busy_refusal
 
 
 def virtual_media_firmware_problem(quirks, manager):

@@ -41,8 +41,6 @@ def is_busy_refusal(exc):
         quirks_mod.is_busy_refusal(f"{exc.code} {exc.detail} {exc.extended_info} {exc}")
 
 
-is_post_refusal = is_busy_refusal
-
 
 def never_reached_bmc(exc):
     """Whether a failed request surely never reached the BMC."""
@@ -87,7 +85,7 @@ class Policy:
         return cls(b.retry_attempts, b.retry_interval, b.retry_max_interval,
                    b.post_retry_timeout, b.post_retry_interval, b.call_timeout)
 
-    def run(self, fn, *, describe, retry_during_post=True, on_transient=None,
+    def run(self, fn, *, describe, retry_busy=True, on_transient=None,
             idempotent=True):
         """Call ``fn()``, retrying per this policy; ``describe()`` names the call.
 
@@ -100,7 +98,7 @@ class Policy:
         started = time.monotonic()
 
         def busy(exc):
-            return retry_during_post and is_busy_refusal(exc)
+            return retry_busy and is_busy_refusal(exc)
 
         def should_retry(exc):
             if busy(exc):
