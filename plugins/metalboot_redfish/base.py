@@ -16,6 +16,8 @@ LOG = logging.getLogger(__name__)
 
 ISO_CONTENT_TYPE = "application/x-iso9660-image"
 OVERRIDE_ACTIVE = ("Once", "Continuous")
+#: The override targets metalboot's Redfish interfaces set.
+METALBOOT_TARGETS = ("UefiHttp", "Cd", "UsbCd")
 
 
 class RedfishBootInterface(BootInterface):
@@ -65,11 +67,14 @@ class RedfishBootInterface(BootInterface):
         return {}
 
     # -- the operator's own boot override -------------------------------------
-    def remember_override(self, task, client, ours):
+    def remember_override(self, task, client):
         """In prepare: record an override someone else set (an operator's
-        ``Continuous Hdd``) as an event, so that clean_up can restore it."""
+        ``Continuous Hdd``) as an event, so that clean_up can restore it. One
+        to a target of metalboot's Redfish interfaces is taken for theirs (the
+        interface a machine migrates from clears its own after this one took
+        over)."""
         state = client.boot_state()
-        if state.enabled not in OVERRIDE_ACTIVE or state.target in ours:
+        if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
             return None
         found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
         task.record_event(f"{self.name}.found_override",
@@ -79,14 +84,18 @@ class RedfishBootInterface(BootInterface):
         return found
 
     def found_override(self, task):
-        """The override :meth:`remember_override` recorded last, or None."""
+        """The override :meth:`remember_override` recorded since this
+        interface's last clean-up, or None."""
+        found, cleaned = f"{self.name}.found_override", f"{self.name}.clean_up"
         with task.services.db.read() as session:
-            data = session.execute(
-                select(models.Event.data).where(
+            row = session.execute(
+                select(models.Event.kind, models.Event.data).where(
                     models.Event.machine_id == task.machine.id,
-                    models.Event.kind == f"{self.name}.found_override")
-                .order_by(models.Event.id.desc()).limit(1)).scalar()
-        return (data or {}).get("override")
+                    models.Event.kind.in_((found, cleaned)))
+                .order_by(models.Event.id.desc()).limit(1)).first()
+        if row is None or row.kind != found:
+            return None
+        return (row.data or {}).get("override")
 
     def restore_override(self, task, client):
         """In clean_up, after ours is cleared: put back the override found in

@@ -82,7 +82,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
     def prepare(self, task):
         self.ensure_artifact(task)
         if task.machine.bmc and task.machine.bmc.address:
-            self.remember_override(task, self.client(task), (TARGET,))
+            self.remember_override(task, self.client(task))
 
     def activate(self, task):
         self.ensure_artifact(task)

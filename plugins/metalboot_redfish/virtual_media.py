@@ -87,7 +87,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
     def prepare(self, task):
         self.ensure_iso(task.services, task.partition.id)
         if task.machine.bmc and task.machine.bmc.address:
-            self.remember_override(task, self.client(task), CD_TARGETS)
+            self.remember_override(task, self.client(task))
 
     def activate(self, task):
         spec, _ = self.ensure_iso(task.services, task.partition.id)

@@ -251,3 +251,13 @@ def test_dell_without_apply_times_gets_a_config_job(services, vendor_bmc):
         "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"]
     assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
     assert bmc.resets == ["ForceRestart"]
+
+
+def test_the_source_interfaces_override_is_not_taken_for_the_operators(services, vendor_bmc):
+    """Migrating from redfish-virtual-media-ipxe, its Once Cd is still set when
+    redfish-http-url prepares: clean-up must not put it back."""
+    bmc, task, iface = activated(services, vendor_bmc, "dell-idrac9", HTTP,
+                                 {"BootSourceOverrideEnabled": "Continuous",
+                                  "BootSourceOverrideTarget": "Cd"})
+    iface.clean_up(task)
+    assert bmc.boot["BootSourceOverrideEnabled"] == "Disabled"
