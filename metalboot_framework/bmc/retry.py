@@ -5,7 +5,8 @@ Never retried: 4xx answers (wrong credentials, bad request, not found) -- except
 a BMC's "busy, not ready, in POST" refusal of any vendor in
 :data:`~metalboot_framework.bmc.quirks.BUSY_REFUSALS`, retried every
 ``[bmc] post_retry_interval`` seconds for up to ``[bmc] post_retry_timeout``.
-A call gives up once ``[bmc] call_timeout`` seconds have passed since it began.
+A call gives up before ``[bmc] call_timeout`` seconds have passed since it
+began: no attempt starts that could end later.
 
 A request that is not idempotent (a reset, a media insert) is sent again only
 when it surely never reached the BMC (connection refused, connect timeout) or
@@ -71,19 +72,24 @@ class Policy:
     """How often and how long to retry, from the [bmc] options."""
 
     def __init__(self, attempts=5, interval=4.0, max_interval=30.0,
-                 post_timeout=300.0, post_interval=10.0, call_timeout=None):
+                 post_timeout=300.0, post_interval=10.0, call_timeout=None,
+                 attempt_timeout=0.0):
         self.attempts = attempts
         self.interval = interval
         self.max_interval = max_interval
         self.post_timeout = post_timeout
         self.post_interval = post_interval
         self.call_timeout = call_timeout
+        #: How long one attempt may take (the longer of the connect and read
+        #: timeouts): no attempt starts that could end after call_timeout.
+        self.attempt_timeout = attempt_timeout
 
     @classmethod
     def from_conf(cls, conf):
         b = conf.bmc
         return cls(b.retry_attempts, b.retry_interval, b.retry_max_interval,
-                   b.post_retry_timeout, b.post_retry_interval, b.call_timeout)
+                   b.post_retry_timeout, b.post_retry_interval, b.call_timeout,
+                   max(b.connect_timeout, b.read_timeout))
 
     def run(self, fn, *, describe, retry_busy=True, on_transient=None,
             idempotent=True):
@@ -113,7 +119,7 @@ class Policy:
             if busy(exc):
                 return spent + self.post_interval > self.post_timeout
             if self.call_timeout is not None and \
-                    spent + wait(state) > self.call_timeout:
+                    spent + wait(state) + self.attempt_timeout > self.call_timeout:
                 return True
             return state.attempt_number >= self.attempts
 
