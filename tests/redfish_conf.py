@@ -1,5 +1,7 @@
 """Configuration for Redfish plugin tests: a private ConfigOpts with fast BMC timings."""
 
+import contextlib
+
 import pytest
 from oslo_config import cfg
 
@@ -34,3 +36,24 @@ def fresh_bmc_connection_cache():
     bmc_connection.CACHE.clear()
     yield
     bmc_connection.CACHE.clear()
+
+
+@contextlib.contextmanager
+def services_factory(conf_for, on_made=None):
+    """A factory of real Services, ``make(**bmc_overrides)``, from
+    ``conf_for(index, **bmc_overrides)``; their databases closed at the end."""
+    from metalboot_framework.services import Services
+    made = []
+
+    def make(**bmc_overrides):
+        services = Services.from_conf(conf_for(len(made), **bmc_overrides))
+        if on_made:
+            on_made(services)
+        made.append(services)
+        return services
+    try:
+        yield make
+    finally:
+        for services in made:
+            services.db.write_engine.dispose()
+            services.db.read_engine.dispose()

@@ -16,6 +16,7 @@ import sushy
 from sushy.resources import base as sushy_base
 
 from metalboot_framework import metrics
+from metalboot_framework.bmc import bios as bios_mod
 from metalboot_framework.bmc import connection as connection_mod
 from metalboot_framework.bmc import quirks as quirks_mod
 from metalboot_framework.bmc import redact
@@ -52,7 +53,10 @@ class Document:
 
     @property
     def etag(self):
-        return self.headers.get("ETag")
+        """The ETag for an If-Match: the header, else the body's @odata.etag
+        (Lenovo XCC gives only that)."""
+        body = self.data.get("@odata.etag") if isinstance(self.data, dict) else None
+        return self.headers.get("ETag") or body
 
 
 class _PrefetchedReader(sushy_base.JsonDataReader):
@@ -81,6 +85,8 @@ class BootState:
     #: Where the URI lives: "Boot.HttpBootUri", "Bios.<attribute>", or None
     #: when the system offers neither.
     http_boot_uri_location: Optional[str]
+    #: The URI the next boot will use (a pending BIOS value, else the current).
+    http_boot_uri_next: Optional[str]
     allowed_targets: Optional[Sequence[str]]
     power_state: Optional[str]
     manufacturer: Optional[str]
@@ -120,6 +126,22 @@ class BmcClient:
     def __repr__(self):
         return f"<BmcClient {self.url} system={self.system_label}>"
 
+    def _remembered_quirks(self):
+        """The quirks the BMC's connection learnt before, without a request."""
+        if self._quirks is None:
+            conn = self.cache.peek(self.url, self.username, self._password, self.verify)
+            path = self._path or self.system_path_hint() or (
+                conn and conn.facts.get((None, "system path")))
+            if conn is not None and path:
+                self._quirks = conn.facts.get((path, "quirks"))
+        return self._quirks
+
+    @property
+    def vendor(self):
+        """The vendor as the quirk table names it, once known."""
+        quirks = self._remembered_quirks()
+        return quirks.vendor if quirks is not None and quirks.name != "generic" else None
+
     @property
     def system_label(self):
         return self._path or self.system_path_hint() or "(default)"
@@ -137,10 +159,12 @@ class BmcClient:
     def learn(self, conn, name, value):
         conn.facts[(self.system_path(conn), name)] = value
 
-    def run(self, operation, fn, retry_during_post=None):
-        """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``."""
-        if retry_during_post is None:
-            retry_during_post = bool(self._quirks and self._quirks.retry_during_post)
+    def run(self, operation, fn, idempotent=True):
+        """Call ``fn(connection)`` with retries; raise a BmcError naming ``operation``.
+
+        ``idempotent=False`` (a reset, a media insert): see retry.Policy.run; the
+        caller handles :class:`~metalboot_framework.bmc.retry.OutcomeUnknown`.
+        """
         attempts = [0]
 
         def attempt():
@@ -156,14 +180,17 @@ class BmcClient:
 
         try:
             return self.policy.run(
-                attempt, retry_during_post=retry_during_post, on_transient=on_transient,
+                attempt, on_transient=on_transient, idempotent=idempotent,
                 describe=lambda: f"BMC {self.address}, system {self.system_label}: {operation}")
+        except retry_mod.OutcomeUnknown:
+            raise  # the caller reads the BMC's state and decides
         except Exception as exc:
             if isinstance(exc, sushy.exceptions.AccessError):
                 self.cache.invalidate(self.url, self.username)
             error = retry_mod.translate(exc, address=self.address, system=self.system_label,
                                         operation=operation, username=self.username,
-                                        password=self._password, attempts=attempts[0])
+                                        password=self._password, attempts=attempts[0],
+                                        vendor=self.vendor)
             if error is exc:
                 raise
             raise error from None
@@ -248,59 +275,37 @@ class BmcClient:
 
     def quirks(self, operation="read ComputerSystem (Manufacturer, Model)"):
         """The vendor quirks of this BMC (read once per connection to the BMC)."""
-        if self._quirks is None:
-            conn = self.cache.peek(self.url, self.username, self._password, self.verify)
-            path = self._path or self.system_path_hint() or (
-                conn and conn.facts.get((None, "system path")))
-            if conn is not None and path:
-                self._quirks = conn.facts.get((path, "quirks"))
+        self._remembered_quirks()
         if self._quirks is None:
             self.run(operation, lambda conn: self.system_json(conn, reuse=LINKS))
         return self._quirks
 
     # -- boot override ----------------------------------------------------------
-    def _bios(self, conn, system):
-        """(attributes, settings path) of the system's BIOS, or (None, None)."""
-        bios_path = (system.get("Bios") or {}).get("@odata.id")
-        if not bios_path:
-            return None, None
-        bios, _ = self.get_json(conn, bios_path)
-        settings = ((bios.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
-            .get("@odata.id") or bios_path.rstrip("/") + "/Settings"
-        return bios.get("Attributes") or {}, settings
+    def manager(self):
+        """The first manager of the system (Manager document), or {}."""
+        def read(conn):
+            system, _ = self.system_json(conn, reuse=LINKS)
+            managers = (system.get("Links") or {}).get("ManagedBy") or []
+            return self.get_json(conn, managers[0]["@odata.id"])[0] if managers else {}
+        return self.run("read Manager (FirmwareVersion)", read)
 
-    def _uri_location(self, conn, system):
-        boot = system.get("Boot") or {}
-        if "HttpBootUri" in boot:
-            return "Boot.HttpBootUri", boot.get("HttpBootUri"), None, None
-        attr = self._quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
-        attrs, settings = self._bios(conn, system)
-        if attrs is not None and attr in attrs:
-            value = attrs.get(attr)
-            # A BIOS applies attribute changes at the next boot: a pending value
-            # in the Settings object is what the next boot will use.
-            try:
-                pending, _ = self.get_json(conn, settings)
-                pending = pending.get("Attributes") or {}
-                if attr in pending:
-                    value = pending[attr]
-            except sushy.exceptions.ResourceNotFoundError:
-                pass
-            return f"Bios.{attr}", value or None, attrs, settings
-        return None, None, attrs, settings
+    def quirks_known(self):
+        """The quirks, read by an earlier call of this client (GENERIC if none)."""
+        return self._quirks or quirks_mod.GENERIC
 
     def boot_state(self):
         """Read the system's boot override, HTTP boot URI and power state."""
         def read(conn):
             system, _ = self.system_json(conn)
             boot = system.get("Boot") or {}
-            location, uri, _, _ = self._uri_location(conn, system)
+            place = bios_mod.find(self, conn, system)
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             return BootState(
                 target=boot.get("BootSourceOverrideTarget"),
                 enabled=boot.get("BootSourceOverrideEnabled"),
                 mode=boot.get("BootSourceOverrideMode"),
-                http_boot_uri=uri, http_boot_uri_location=location,
+                http_boot_uri=place.current, http_boot_uri_location=place.location,
+                http_boot_uri_next=place.next,
                 allowed_targets=tuple(allowed) if allowed is not None else None,
                 power_state=system.get("PowerState"),
                 manufacturer=system.get("Manufacturer"), model=system.get("Model"),
@@ -360,31 +365,29 @@ class BmcClient:
                 if enabled and (quirks.always_send_enabled
                                 or boot.get("BootSourceOverrideEnabled") != enabled):
                     body["BootSourceOverrideEnabled"] = enabled
-                if mode and boot.get("BootSourceOverrideMode") != mode:
+                if mode and (quirks.resend_mode or boot.get("BootSourceOverrideMode") != mode):
+                    # Supermicro drops back to Legacy unless the mode comes again
                     body["BootSourceOverrideMode"] = mode
             if target == "UefiHttp" and http_boot_uri:
-                location, current, attrs, settings = self._uri_location(conn, system)
-                if location == "Boot.HttpBootUri":
+                place = bios_mod.find(self, conn, system)
+                if place.location == bios_mod.BOOT_URI:
                     body["HttpBootUri"] = http_boot_uri
-                elif location:
-                    attr = location.split(".", 1)[1]
-                    if current != http_boot_uri:
-                        change = {attr: http_boot_uri}
-                        enable = quirks.http_boot_enable_bios_attribute
-                        if enable and enable in attrs and attrs[enable] != "Enabled":
-                            change[enable] = "Enabled"
+                elif place.location:
+                    change = bios_mod.uri_change(self, place, http_boot_uri)
+                    if change:
                         self.changed(BOOT)
-                        conn.connector.patch(settings, data={"Attributes": change})
+                        bios_mod.stage(self, conn, place, change, system)
                 else:
+                    attribute = quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
                     raise BmcUnsupported(
-                        f"BMC {self.address}, system {self.system_label}: the system has "
-                        f"no Boot.HttpBootUri and no BIOS attribute "
-                        f"{quirks.http_boot_uri_bios_attribute or 'HttpDev1Uri'} to hold "
-                        f"the UEFI HTTP boot URI", address=self.address,
-                        system=self.system_label, operation="Boot.HttpBootUri")
+                        f"BMC {self.address}{f' ({self.vendor})' if self.vendor else ''}, "
+                        f"system {self.system_label}: the system has no Boot.HttpBootUri "
+                        f"and no BIOS attribute {attribute} to hold the UEFI HTTP boot URI",
+                        address=self.address, system=self.system_label,
+                        operation="Boot.HttpBootUri")
             try:
                 self.changed(BOOT)
-                conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
+                self._patch_boot(conn, system, body, etag)
             except sushy.exceptions.BadRequestError as exc:
                 text = f"{exc.detail} {exc.extended_info} {exc.related_properties}"
                 if enabled == "Continuous" and ("BootSourceOverrideEnabled" in text
@@ -394,6 +397,26 @@ class BmcClient:
             return enabled
 
         return self.run_on_system(operation, apply)
+
+    def _patch_boot(self, conn, system, body, etag):
+        """PATCH ``{"Boot": body}``: to the system, or -- where the system
+        refuses Boot as read-only and advertises a @Redfish.Settings object
+        (iDRAC10) -- to that object, applied by the BMC at the next reset."""
+        settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
+            .get("@odata.id")
+        if settings and self.fact(conn, "boot via settings"):
+            return conn.connector.patch(settings, data={"Boot": body},
+                                        etag=self.read(conn, settings).etag)
+        try:
+            return conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
+        except sushy.exceptions.BadRequestError as exc:
+            text = f"{exc.code} {exc.detail} {exc.extended_info}"
+            if not settings or not ("PropertyNotWritable" in text or "read only" in text
+                                    or "read-only" in text):
+                raise
+        self.learn(conn, "boot via settings", True)
+        return conn.connector.patch(settings, data={"Boot": body},
+                                    etag=self.read(conn, settings).etag)
 
     def run_on_system(self, operation, apply):
         """:meth:`run` of ``apply(conn, system document)`` for a change of Boot.
@@ -452,18 +475,19 @@ class BmcClient:
                     body["BootSourceOverrideMode"] = boot.get("BootSourceOverrideMode") or "UEFI"
                 cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target})")
             if clear_http_boot_uri:
-                location, current, attrs, settings = self._uri_location(conn, system)
-                if location == "Boot.HttpBootUri" and current is not None:
+                place = bios_mod.find(self, conn, system)
+                if place.location == bios_mod.BOOT_URI and place.current is not None:
                     body["HttpBootUri"] = None
-                    cleared.append(f"HttpBootUri={current}")
-                elif location and location.startswith("Bios.") and current:
-                    self.changed(BOOT)
-                    conn.connector.patch(settings,
-                                         data={"Attributes": {location[5:]: ""}})
-                    cleared.append(f"{location}={current}")
+                    cleared.append(f"HttpBootUri={place.current}")
+                elif place.attribute and (place.next or place.current):
+                    change = bios_mod.uri_change(self, place, None)
+                    if change:
+                        self.changed(BOOT)
+                        bios_mod.stage(self, conn, place, change, system)
+                        cleared.append(f"{place.location}={place.next or place.current}")
             if body:
                 self.changed(BOOT)
-                conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
+                self._patch_boot(conn, system, body, etag)
             return cleared
 
         result = self.run_on_system(operation, clear)

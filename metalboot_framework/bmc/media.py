@@ -1,11 +1,15 @@
 """Virtual media: find the CD devices of a system, insert and eject images.
 
-The system's own VirtualMedia collection is used when it has one (sushy-tools,
-newer BMCs), otherwise the first manager's (iDRAC, iLO, XCC, most AMI). Where
-it is and which devices it lists are remembered with the BMC's connection, and
-looked up again when one of them is gone.
+Devices are looked up in the system's VirtualMedia collection and in those of
+its managers (iDRAC, iLO, XCC, most AMI keep them there), every device of
+every collection, as Ironic does. Where they are is remembered with the BMC's
+connection and looked up again when one of them is gone.
 
-:func:`devices` reads the collection and each device once; pass its result to
+Insert and eject are sent once per step: when the BMC does not answer in time
+the device is read back to see what happened, never sent again. After an
+eject the device is read back too: some BMCs answer an eject they did not do.
+
+:func:`devices` reads the collections and each device once; pass its result to
 :func:`eject_all` and :func:`insert_cd` so that they act on what was read
 instead of reading it again.
 """
@@ -15,14 +19,15 @@ import logging
 from typing import Optional, Sequence
 
 import sushy
-from sushy.resources.manager import virtual_media as vmedia_mod
 
+from metalboot_framework.bmc import retry as retry_mod
 from metalboot_framework.bmc.client import LINKS, Document
-from metalboot_framework.exceptions import BmcUnsupported
+from metalboot_framework.exceptions import BmcError, BmcUnsupported
 
 LOG = logging.getLogger(__name__)
 
 CD_TYPES = ("CD", "DVD")
+INSERT, EJECT = "#VirtualMedia.InsertMedia", "#VirtualMedia.EjectMedia"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +37,12 @@ class MediaDevice:
     media_types: Sequence[str]
     image: Optional[str]
     inserted: bool
-    #: The device's resource as read (actions included), for the insert/eject.
+    #: Targets of the InsertMedia / EjectMedia actions, if the device has them.
+    insert_target: Optional[str] = None
+    eject_target: Optional[str] = None
+    #: The device takes Image/Inserted by PATCH (Lenovo XCC: no actions, Allow PATCH).
+    patchable: bool = False
+    #: The device's resource as read (ETag included), for a PATCH.
     document: Optional[Document] = dataclasses.field(default=None, compare=False,
                                                      repr=False)
 
@@ -44,45 +54,75 @@ class MediaDevice:
     def has_media(self):
         return bool(self.inserted or self.image)
 
+    @property
+    def can_insert(self):
+        return bool(self.insert_target or self.patchable)
 
-def _collection_path(client, conn):
-    path = client.fact(conn, "virtual media")
-    if path:
-        return path
+    def describe(self):
+        how = "InsertMedia" if self.insert_target else "PATCH" if self.patchable \
+            else "no InsertMedia"
+        return f"{self.id} ({', '.join(self.media_types) or 'no media types'}; {how})"
+
+
+def _collection_paths(client, conn):
+    paths = client.fact(conn, "virtual media")
+    if paths:
+        return paths
     system, _ = client.system_json(conn, reuse=LINKS)
-    path = (system.get("VirtualMedia") or {}).get("@odata.id")
+    found = []
+    own = (system.get("VirtualMedia") or {}).get("@odata.id")
+    if own:
+        found.append(own)
     for ref in (system.get("Links") or {}).get("ManagedBy") or []:
-        if path:
-            break
         manager, _ = client.get_json(conn, ref["@odata.id"])
         path = (manager.get("VirtualMedia") or {}).get("@odata.id")
-    if not path:
+        if path and path.rstrip("/") not in [p.rstrip("/") for p in found]:
+            found.append(path)
+    if not found:
         raise BmcUnsupported(
-            f"BMC {client.address}, system {client.system_label}: neither the system nor "
-            f"its manager has a VirtualMedia collection", address=client.address,
-            system=client.system_label, operation="VirtualMedia")
-    client.learn(conn, "virtual media", path)
-    return path
+            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: neither "
+            f"the system nor its managers have a VirtualMedia collection",
+            address=client.address, system=client.system_label, operation="VirtualMedia")
+    paths = tuple(found)
+    client.learn(conn, "virtual media", paths)
+    return paths
+
+
+def _vendor(client):
+    return f" ({client.vendor})" if client.vendor else ""
 
 
 def _member_paths(client, conn):
     members = client.fact(conn, "virtual media devices")
     if members is None:
-        collection, _ = client.get_json(conn, _collection_path(client, conn))
-        members = tuple(m["@odata.id"] for m in collection.get("Members") or [])
+        members = []
+        for path in _collection_paths(client, conn):
+            collection, _ = client.get_json(conn, path)
+            for member in collection.get("Members") or []:
+                if member["@odata.id"] not in members:
+                    members.append(member["@odata.id"])
+        members = tuple(members)
         client.learn(conn, "virtual media devices", members)
     return members
+
+
+def _device(client, conn, path):
+    doc = client.read(conn, path)
+    data = doc.data
+    actions = data.get("Actions") or {}
+    allow = (doc.headers.get("Allow") or "").upper()
+    return MediaDevice(path=path, id=data.get("Id", ""),
+                       media_types=tuple(data.get("MediaTypes") or ()),
+                       image=data.get("Image") or None, inserted=bool(data.get("Inserted")),
+                       insert_target=(actions.get(INSERT) or {}).get("target"),
+                       eject_target=(actions.get(EJECT) or {}).get("target"),
+                       patchable="PATCH" in allow, document=doc)
 
 
 def _read_devices(client, conn, stop):
     result = []
     for path in _member_paths(client, conn):
-        doc = client.read(conn, path)
-        data = doc.data
-        result.append(MediaDevice(path=path, id=data.get("Id", ""),
-                                  media_types=tuple(data.get("MediaTypes") or ()),
-                                  image=data.get("Image") or None,
-                                  inserted=bool(data.get("Inserted")), document=doc))
+        result.append(_device(client, conn, path))
         if stop is not None and stop(result[-1]):
             break
     return result
@@ -105,57 +145,129 @@ def devices(client):
     return client.run("read VirtualMedia", lambda conn: _devices(client, conn))
 
 
-def find_cd(client):
-    """The first device that takes a CD or DVD, or None (reads no further)."""
-    found = client.run("read VirtualMedia",
-                       lambda conn: _devices(client, conn, stop=lambda d: d.is_cd))
-    return found[-1] if found and found[-1].is_cd else None
+def insertable_cds(found):
+    """The devices of ``found`` that take a CD/DVD and can be given one."""
+    return [d for d in found if d.is_cd and d.can_insert]
 
 
-def _sushy_media(client, conn, device, attempt):
-    # the first attempt acts on the device as read; a retry reads it again
-    return client.sushy_resource(conn, vmedia_mod.VirtualMedia, device.path,
-                                 device.document if attempt == 1 else None)
+def read_device(client, device):
+    return client.run(f"read VirtualMedia {device.id}",
+                      lambda conn: _device(client, conn, device.path))
 
 
-def _post(client, operation, device, action):
-    attempts = [0]
-
-    def post(conn):
-        attempts[0] += 1
-        action(_sushy_media(client, conn, device, attempts[0]))
-    client.run(operation, post)
+def _send(client, operation, device, send):
+    """Run ``send(conn)`` once; None when done, else the OutcomeUnknown."""
+    try:
+        client.run(operation, send, idempotent=False)
+        return None
+    except retry_mod.OutcomeUnknown as unknown:
+        LOG.warning("BMC %s system %s: %s: %s; not sent again, reading %s instead",
+                    client.address, client.system_label, operation, unknown, device.id)
+        return unknown
 
 
 def eject(client, device):
-    _post(client, f"POST VirtualMedia.EjectMedia ({device.id})", device,
-          lambda medium: medium.eject_media())
+    """Eject ``device`` and read it back; BmcError if it still holds media."""
+    operation = f"POST VirtualMedia.EjectMedia ({device.id})"
+
+    def send(conn):
+        if device.eject_target:
+            # a JSON body, even if empty: iLO answers 415 to a POST without one
+            conn.connector.post(device.eject_target, data={})
+        elif device.patchable:
+            conn.connector.patch(device.path, data={"Image": None, "Inserted": False},
+                                 etag=device.document.etag if device.document else None)
+        else:
+            raise BmcUnsupported(
+                f"BMC {client.address}{_vendor(client)}, system {client.system_label}: "
+                f"VirtualMedia {device.id} has no EjectMedia action", address=client.address,
+                system=client.system_label, operation=operation)
+    _send(client, operation, device, send)
+    after = read_device(client, device)
+    if after.has_media:
+        raise BmcError(
+            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: {operation} "
+            f"was answered, but {device.id} still holds {after.image or 'media'} "
+            f"(Inserted={after.inserted})", address=client.address,
+            system=client.system_label, operation=operation)
+    return after
 
 
 def eject_all(client, only=None, found=None):
-    """Eject every device holding media (or those for which ``only(device)``);
-    ``found``: the devices as :func:`devices` read them (read here otherwise)."""
+    """Eject every device holding media for which ``only(device)`` (all without
+    it); ``found``: the devices as :func:`devices` read them (read here otherwise).
+    Returns the ejected devices as read back after the eject."""
     ejected = []
     for device in devices(client) if found is None else found:
         if device.has_media and (only is None or only(device)):
-            eject(client, device)
-            ejected.append(device)
+            ejected.append(eject(client, device))
     return ejected
 
 
-def insert_cd(client, image_url, found=None):
-    """Insert ``image_url`` into the first CD/DVD device; returns the device.
+def replace_read(found, fresh):
+    """``found`` with the devices of ``fresh`` (read later) in their place."""
+    by_path = {d.path: d for d in fresh}
+    return [by_path.get(d.path, d) for d in found]
 
-    ``found``: the devices as :func:`devices` read them (read here otherwise),
-    the first CD emptied by :func:`eject_all` if it held something.
+
+def _insert_one(client, device, image_url):
+    operation = f"POST VirtualMedia.InsertMedia ({device.id}, Image={image_url})"
+    body = {"Image": image_url}
+
+    def send(conn):
+        if device.insert_target:
+            try:
+                conn.connector.post(device.insert_target, data=body)
+            except sushy.exceptions.BadRequestError as exc:
+                # some BMCs want the protocol named (sushy does the same)
+                if "TransferProtocolType" not in f"{exc.detail} {exc.extended_info}" or \
+                        "TransferProtocolType" in body:
+                    raise
+                body["TransferProtocolType"] = image_url.split(":", 1)[0].upper()
+                conn.connector.post(device.insert_target, data=body)
+        else:
+            conn.connector.patch(device.path, data=dict(body, Inserted=True,
+                                                        WriteProtected=True),
+                                 etag=device.document.etag if device.document else None)
+    unknown = _send(client, operation, device, send)
+    if unknown is not None:
+        after = read_device(client, device)
+        if not (after.inserted and after.image == image_url):
+            raise BmcError(
+                f"BMC {client.address}{_vendor(client)}, system {client.system_label}: "
+                f"{operation}: {unknown}; {device.id} does not hold the image "
+                f"(Image={after.image}, Inserted={after.inserted}); not sent again",
+                address=client.address, system=client.system_label, operation=operation)
+
+
+def insert_cd(client, image_url, found=None):
+    """Insert ``image_url`` into the first CD/DVD device that takes it; returns
+    the device.
+
+    Tries every CD/DVD device with an InsertMedia action (or a PATCH-able one),
+    in the order the BMC lists them, skipping those that answer 400 or 405 (a
+    slot the vendor does not boot from, a drive mapped to the host's own).
+    ``found``: the devices as :func:`devices` read them (read here otherwise).
     """
-    cds = [d for d in (devices(client) if found is None else found) if d.is_cd]
+    found = devices(client) if found is None else found
+    cds = insertable_cds(found)
     if not cds:
         raise BmcUnsupported(
-            f"BMC {client.address}, system {client.system_label}: no VirtualMedia device "
-            f"takes a CD or DVD", address=client.address, system=client.system_label,
-            operation="VirtualMedia.InsertMedia")
-    device = cds[0]
-    _post(client, f"POST VirtualMedia.InsertMedia ({device.id}, Image={image_url})", device,
-          lambda medium: medium.insert_media(image_url, inserted=True, write_protected=True))
-    return device
+            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: no "
+            f"VirtualMedia device takes a CD or DVD with InsertMedia (devices: "
+            f"{', '.join(d.describe() for d in found) or 'none'})", address=client.address,
+            system=client.system_label, operation="VirtualMedia.InsertMedia")
+    refusals = []
+    for device in cds:
+        try:
+            _insert_one(client, device, image_url)
+            return device
+        except BmcError as exc:
+            if exc.status_code not in (400, 405) or device is cds[-1] and not refusals \
+                    and len(cds) == 1:
+                raise
+            LOG.info("BMC %s: %s refused the insert, trying the next device: %s",
+                     client.address, device.id, exc)
+            refusals.append(str(exc))
+    raise BmcError("; ".join(refusals), address=client.address, system=client.system_label,
+                   operation="VirtualMedia.InsertMedia", status_code=400)

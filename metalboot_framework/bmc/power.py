@@ -11,6 +11,7 @@ import time
 
 from sushy import ResetType
 
+from metalboot_framework.bmc import retry as retry_mod
 from metalboot_framework.bmc.client import LINKS, POWER
 from metalboot_framework.exceptions import BmcError
 
@@ -33,6 +34,11 @@ def power_state(client, reuse=False):
 
 
 def _reset(client, choices, operation):
+    """POST the first allowed reset type, once: a reset the BMC may have done
+    (no answer within the read timeout) is not sent again; the caller's wait
+    for the power state decides. Returns the type sent."""
+    sent = []
+
     def post(conn):
         # the allowed reset types (and the action's target) come from any read of
         # the system: they do not change
@@ -41,6 +47,7 @@ def _reset(client, choices, operation):
         for choice in choices:
             if choice in allowed:
                 client.changed(POWER)
+                sent[:] = [choice.value]
                 system.reset_system(choice)
                 return choice.value
         raise BmcError(
@@ -49,7 +56,12 @@ def _reset(client, choices, operation):
             f"(allowed: {', '.join(sorted(a.value for a in allowed))})",
             address=client.address, system=client.system_label,
             operation="ComputerSystem.Reset")
-    return client.run(operation, post)
+    try:
+        return client.run(operation, post, idempotent=False)
+    except retry_mod.OutcomeUnknown as unknown:
+        LOG.warning("BMC %s system %s: %s: %s; not sent again, reading the power state "
+                    "instead", client.address, client.system_label, operation, unknown)
+        return sent[0] if sent else None
 
 
 def wait_for(client, expected, timeout=None, interval=None, since=None):

@@ -2,12 +2,23 @@
 
 Retried: connection errors (refused, reset, timed out) and 5xx answers.
 Never retried: 4xx answers (wrong credentials, bad request, not found) -- except
-that with the HPE quirk a 400 saying "the system is in POST" is retried for up to
-``[bmc] post_retry_timeout`` seconds.
+a BMC's "busy, not ready, in POST" refusal of any vendor in
+:data:`~metalboot_framework.bmc.quirks.BUSY_REFUSALS`, retried every
+``[bmc] post_retry_interval`` seconds for up to ``[bmc] post_retry_timeout``.
+A call gives up before ``[bmc] call_timeout`` seconds have passed since it
+began: no attempt starts that could end later.
+
+A request that is not idempotent (a reset, a media insert) is sent again only
+when it surely never reached the BMC (connection refused, connect timeout) or
+the BMC answered that it failed (5xx, busy). After a read timeout or a
+connection dropped after sending, the BMC may have done it:
+:class:`OutcomeUnknown` tells the caller to read the BMC's state and decide.
 """
 
 import logging
+import time
 
+import requests
 import sushy
 import tenacity
 
@@ -25,47 +36,106 @@ def is_transient(exc):
     return isinstance(exc, (sushy_exc.ConnectionError, sushy_exc.ServerSideError))
 
 
-def is_post_refusal(exc):
-    return isinstance(exc, sushy_exc.BadRequestError) and quirks_mod.is_post_refusal(
-        f"{exc.code} {exc.detail} {exc.extended_info} {exc}")
+def is_busy_refusal(exc):
+    """A 4xx with which a BMC says "not now" (see quirks.BUSY_REFUSALS)."""
+    return isinstance(exc, sushy_exc.HTTPError) and exc.status_code in (400, 409) and \
+        quirks_mod.is_busy_refusal(f"{exc.code} {exc.detail} {exc.extended_info} {exc}")
+
+
+
+def never_reached_bmc(exc):
+    """Whether a failed request surely never reached the BMC."""
+    if not isinstance(exc, sushy_exc.ConnectionError):
+        return False
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, requests.exceptions.ConnectTimeout):
+        return True
+    text = repr(cause)
+    return isinstance(cause, requests.exceptions.ConnectionError) and (
+        "NewConnectionError" in text or "Connection refused" in text)
+
+
+def refused_by_bmc(exc):
+    """A 5xx: the BMC answered, saying that the request failed."""
+    return isinstance(exc, sushy_exc.ServerSideError)
+
+
+class OutcomeUnknown(Exception):
+    """A request that is not idempotent may or may not have been done."""
+
+    def __init__(self, cause):
+        super().__init__(f"no answer that says whether the BMC did it: {_short(cause)}")
+        self.cause = cause
 
 
 class Policy:
     """How often and how long to retry, from the [bmc] options."""
 
     def __init__(self, attempts=5, interval=4.0, max_interval=30.0,
-                 post_timeout=300.0, post_interval=10.0):
+                 post_timeout=300.0, post_interval=10.0, call_timeout=None,
+                 attempt_timeout=0.0):
         self.attempts = attempts
         self.interval = interval
         self.max_interval = max_interval
         self.post_timeout = post_timeout
         self.post_interval = post_interval
+        self.call_timeout = call_timeout
+        #: How long one attempt may take (the longer of the connect and read
+        #: timeouts): no attempt starts that could end after call_timeout.
+        self.attempt_timeout = attempt_timeout
 
     @classmethod
     def from_conf(cls, conf):
         b = conf.bmc
         return cls(b.retry_attempts, b.retry_interval, b.retry_max_interval,
-                   b.post_retry_timeout, b.post_retry_interval)
+                   b.post_retry_timeout, b.post_retry_interval, b.call_timeout,
+                   max(b.connect_timeout, b.read_timeout))
 
-    def run(self, fn, *, describe, retry_during_post=False, on_transient=None):
-        """Call ``fn()``, retrying per this policy; ``describe()`` names the call."""
+    def run(self, fn, *, describe, retry_busy=True, on_transient=None,
+            idempotent=True):
+        """Call ``fn()``, retrying per this policy; ``describe()`` names the call.
+
+        ``idempotent=False``: retried only when the request never reached the
+        BMC or was refused by it; raises :class:`OutcomeUnknown` when it may
+        have been done.
+        """
         exponential = tenacity.wait_exponential(multiplier=self.interval,
                                                 max=self.max_interval)
+        started = time.monotonic()
+
+        def busy(exc):
+            return retry_busy and is_busy_refusal(exc)
 
         def should_retry(exc):
-            return is_transient(exc) or (retry_during_post and is_post_refusal(exc))
+            if busy(exc):
+                return True
+            if not idempotent:
+                return never_reached_bmc(exc) or refused_by_bmc(exc)
+            return is_transient(exc)
 
         def stop(state):
             exc = state.outcome.exception()
-            if retry_during_post and is_post_refusal(exc):
-                return state.seconds_since_start + self.post_interval > self.post_timeout
+            spent = time.monotonic() - started
+            if busy(exc):
+                return spent + self.post_interval > self.post_timeout
+            if self.call_timeout is not None and \
+                    spent + wait(state) + self.attempt_timeout > self.call_timeout:
+                return True
             return state.attempt_number >= self.attempts
 
         def wait(state):
             exc = state.outcome.exception()
-            if retry_during_post and is_post_refusal(exc):
+            if busy(exc):
                 return self.post_interval
             return exponential(state)
+
+        def attempt():
+            try:
+                return fn()
+            except (sushy_exc.ConnectionError, sushy_exc.ServerSideError) as exc:
+                if idempotent or never_reached_bmc(exc) or refused_by_bmc(exc):
+                    raise
+                raise OutcomeUnknown(exc) from exc
 
         def before_sleep(state):
             exc = state.outcome.exception()
@@ -78,21 +148,33 @@ class Policy:
         retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(should_retry),
                                      stop=stop, wait=wait, before_sleep=before_sleep,
                                      reraise=True)
-        return retrying(fn)
+        return retrying(attempt)
+
+
+def message_ids(exc):
+    """The Redfish MessageIds of an error answer, or its error code."""
+    ids = [info.get("MessageId") for info in (getattr(exc, "extended_info", None) or [])
+           if isinstance(info, dict) and info.get("MessageId")]
+    code = getattr(exc, "code", None)
+    return ids or ([code] if code else [])
 
 
 def _short(exc):
     if isinstance(exc, sushy_exc.HTTPError):
-        return f"HTTP {exc.status_code} {exc.code}: {exc.detail or 'no detail'}"
+        ids = message_ids(exc)
+        return f"HTTP {exc.status_code} {', '.join(ids) or exc.code}: " \
+               f"{exc.detail or 'no detail'}"
     return f"{type(exc).__name__}: {exc}"
 
 
 def translate(exc, *, address, system, operation, username=None, password=None,
-              attempts=None):
-    """A :class:`BmcError` for ``exc`` naming the BMC, the system and the operation."""
+              attempts=None, vendor=None):
+    """A :class:`BmcError` for ``exc`` naming the BMC (and its vendor, when
+    known), the system, the operation and the Redfish MessageId."""
     if isinstance(exc, MetalbootError):
         return exc
-    where = f"BMC {address}, system {system or '(default)'}: {operation}"
+    where = f"BMC {address}{f' ({vendor})' if vendor else ''}, system " \
+            f"{system or '(default)'}: {operation}"
     tries = f" after {attempts} attempt(s)" if attempts and attempts > 1 else ""
     kwargs = dict(address=address, system=system, operation=operation)
     if isinstance(exc, sushy_exc.AccessError):
@@ -101,14 +183,16 @@ def translate(exc, *, address, system, operation, username=None, password=None,
             f"(HTTP {exc.status_code}); check bmc.username and bmc.password")
     elif isinstance(exc, sushy_exc.ConnectionError):
         cls, detail = BmcConnectionError, f"cannot reach the BMC{tries}: {exc}"
+    elif isinstance(exc, OutcomeUnknown):
+        cls, detail = BmcError, str(exc)
     elif isinstance(exc, sushy_exc.ServerSideError):
         cls, detail = BmcError, f"the BMC answered HTTP {exc.status_code}{tries}: " \
-                                f"{exc.code}: {exc.detail or 'no detail'}"
+                                f"{', '.join(message_ids(exc))}: {exc.detail or 'no detail'}"
     elif isinstance(exc, sushy_exc.ResourceNotFoundError):
         cls, detail = BmcUnsupported, f"resource not found (HTTP 404): {exc}"
     elif isinstance(exc, sushy_exc.HTTPError):
         cls, detail = BmcError, f"the BMC refused the request (HTTP {exc.status_code}): " \
-                                f"{exc.code}: {exc.detail or 'no detail'}"
+                                f"{', '.join(message_ids(exc))}: {exc.detail or 'no detail'}"
     elif isinstance(exc, (sushy_exc.InvalidParameterValueError, sushy_exc.MissingActionError,
                           sushy_exc.MissingAttributeError)):
         cls, detail = BmcUnsupported, str(exc)

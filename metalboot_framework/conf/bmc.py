@@ -5,12 +5,19 @@ from oslo_config import cfg
 opts = [
     cfg.FloatOpt("connect_timeout", default=30.0, min=0.01,
                  help="Seconds to wait for a TCP connection to a BMC."),
-    cfg.FloatOpt("read_timeout", default=60.0, min=0.01,
+    cfg.FloatOpt("read_timeout", default=20.0, min=0.01,
                  help="Seconds to wait for a BMC's answer to one request."),
+    cfg.FloatOpt("call_timeout", default=60.0, min=0.01,
+                 help="Seconds one BMC call (a read or a change, with its retries) "
+                      "may take before it fails: a hung BMC stops a step after about "
+                      "this long. Busy refusals (post_retry_timeout) and power "
+                      "changes (power_timeout) have their own limits."),
     cfg.IntOpt("retry_attempts", default=5, min=1,
                help="Attempts of one Redfish request when the BMC is unreachable, "
-                    "times out or answers 5xx. 4xx answers are never retried "
-                    "(except vendor quirks such as HPE iLO during POST)."),
+                    "times out or answers 5xx. 4xx answers are never retried, "
+                    "except a BMC's busy or not-ready refusal (HPE iLO during POST, "
+                    "Dell SYS518). A reset or media insert is never sent again "
+                    "after a timeout: the BMC's state is read instead."),
     cfg.FloatOpt("retry_interval", default=4.0, min=0.0,
                  help="Seconds before the first retry; the wait doubles with each "
                       "further attempt up to retry_max_interval."),

@@ -2,10 +2,13 @@
 
 import logging
 
+from sqlalchemy import select
+
 from metalboot_framework.boot_interface import Artifact, BootInterface, Property
 from metalboot_framework.bmc import client as bmc_client
 from metalboot_framework.bmc import power
 from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
+from metalboot_framework.store import models
 from metalboot_redfish import conf as redfish_conf
 from metalboot_redfish import iso as iso_mod
 
@@ -13,6 +16,8 @@ LOG = logging.getLogger(__name__)
 
 ISO_CONTENT_TYPE = "application/x-iso9660-image"
 OVERRIDE_ACTIVE = ("Once", "Continuous")
+#: The override targets metalboot's Redfish interfaces set.
+METALBOOT_TARGETS = ("UefiHttp", "Cd", "UsbCd")
 
 
 class RedfishBootInterface(BootInterface):
@@ -50,6 +55,60 @@ class RedfishBootInterface(BootInterface):
             raise ValidationFailed(
                 f"machine {task.machine.id} cannot use {self.name}: " + "; ".join(
                     f"{k} {', '.join(v)}" for k, v in fields.items()), fields=fields)
+
+    @staticmethod
+    def check_boot_mode(state):
+        """Fields of a system that does not boot UEFI now: metalboot never
+        switches a machine's boot mode on its own."""
+        if state.mode not in (None, "UEFI"):
+            return {"BootSourceOverrideMode": [
+                f"the system boots {state.mode}; set its firmware to UEFI first "
+                f"(metalboot does not switch boot modes)"]}
+        return {}
+
+    # -- the operator's own boot override -------------------------------------
+    def remember_override(self, task, client):
+        """In prepare: record an override someone else set (an operator's
+        ``Continuous Hdd``) as an event, so that clean_up can restore it. One
+        to a target of metalboot's Redfish interfaces is taken for theirs (the
+        interface a machine migrates from clears its own after this one took
+        over)."""
+        state = client.boot_state()
+        if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
+            return None
+        found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
+        task.record_event(f"{self.name}.found_override",
+                          f"BMC {client.address} system {client.system_label}: found "
+                          f"BootSourceOverride {state.enabled} {state.target}; restored by "
+                          f"clean-up", interface=self.name, override=found)
+        return found
+
+    def found_override(self, task):
+        """The override :meth:`remember_override` recorded since this
+        interface's last clean-up, or None."""
+        found, cleaned = f"{self.name}.found_override", f"{self.name}.clean_up"
+        with task.services.db.read() as session:
+            row = session.execute(
+                select(models.Event.kind, models.Event.data).where(
+                    models.Event.machine_id == task.machine.id,
+                    models.Event.kind.in_((found, cleaned)))
+                .order_by(models.Event.id.desc()).limit(1)).first()
+        if row is None or row.kind != found:
+            return None
+        return (row.data or {}).get("override")
+
+    def restore_override(self, task, client):
+        """In clean_up, after ours is cleared: put back the override found in
+        prepare, unless another one is active now (the next interface's)."""
+        found = self.found_override(task)
+        if not found:
+            return None
+        state = client.boot_state()
+        if state.enabled in OVERRIDE_ACTIVE:
+            return None
+        client.set_boot_override(found["target"], enabled=found["enabled"],
+                                 mode=found.get("mode") or state.mode)
+        return f"restored BootSourceOverride {found['enabled']} {found['target']}"
 
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path

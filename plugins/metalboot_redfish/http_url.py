@@ -60,25 +60,32 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         self.check_ipxe_binary(task)
         client = self.client(task)
         state = client.boot_state()
-        fields = {}
+        fields = self.check_boot_mode(state)
         if state.allowed_targets is not None and TARGET not in state.allowed_targets:
             fields["BootSourceOverrideTarget"] = [
                 f"UefiHttp is not allowed (allowed: {', '.join(state.allowed_targets)})"]
         if state.http_boot_uri_location is None:
-            fields["HttpBootUri"] = ["the system has no Boot.HttpBootUri and no BIOS "
-                                     "attribute HttpDev1Uri"]
+            attribute = state.quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
+            fields["HttpBootUri"] = [f"the system has no Boot.HttpBootUri and its BIOS no "
+                                     f"attribute {attribute}"]
         if fields:
             raise ValidationFailed(
-                f"BMC {client.address}, system {client.system_label} cannot UEFI HTTP boot "
+                f"BMC {client.address} ({state.quirks.vendor}), system {client.system_label} "
+                f"cannot UEFI HTTP boot "
                 f"machine {task.machine.id}: " + "; ".join(
                     f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
 
-    def prepare(self, task):
+    def ensure_artifact(self, task):
         if self.artifact_name(task.conf) == "ipxe.iso":
             self.ensure_iso(task.services, task.partition.id)
 
+    def prepare(self, task):
+        self.ensure_artifact(task)
+        if task.machine.bmc and task.machine.bmc.address:
+            self.remember_override(task, self.client(task))
+
     def activate(self, task):
-        self.prepare(task)
+        self.ensure_artifact(task)
         client = self.client(task)
         uri = self.expected_uri(task)
         enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
@@ -120,7 +127,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
             return
         client = self.client(task)
         cleared = client.clear_boot_override(only_targets=(TARGET,), clear_http_boot_uri=True)
+        restored = self.restore_override(task, client)
         task.record_event(f"{self.name}.clean_up",
                           f"BMC {client.address} system {client.system_label}: cleared "
-                          + (", ".join(cleared) if cleared else "nothing (already clean)"),
-                          interface=self.name)
+                          + (", ".join(cleared) if cleared else "nothing (already clean)")
+                          + (f"; {restored}" if restored else ""), interface=self.name)

@@ -1,6 +1,8 @@
 """``redfish-virtual-media-ipxe``: the BMC mounts an iPXE ISO and boots it once.
 
-activate: eject whatever media is inserted, insert the partition's iPXE ISO
+activate: eject the CD/DVD devices' media (never another kind: an operator's
+floppy image stays), insert the partition's iPXE ISO into the first CD/DVD
+device that takes it
 (``services.partition_artifact_url``; the BMC downloads or streams it), set
 ``BootSourceOverrideTarget=Cd`` (``UsbCd`` where the BMC offers only that),
 ``Enabled=Once``, ``Mode=UEFI``, and reset. The firmware boots the ISO's El Torito
@@ -13,7 +15,7 @@ ISO download is the BMC's, not the machine's.
 
 import logging
 
-from metalboot_framework.bmc import media
+from metalboot_framework.bmc import media, quirks
 from metalboot_framework.boot_interface import Capability
 from metalboot_framework.exceptions import ValidationFailed
 from metalboot_redfish import base
@@ -50,8 +52,9 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
     def cd_target(state):
         allowed = state.allowed_targets
         # Supermicro X11/X12 list both, but boot virtual media only as UsbCd.
-        if state.quirks.name == "supermicro" and allowed and "UsbCd" in allowed:
-            return "UsbCd"
+        wanted = state.quirks.virtual_media_target
+        if wanted and allowed and wanted in allowed:
+            return wanted
         if allowed is None or "Cd" in allowed:
             return "Cd"
         if "UsbCd" in allowed:
@@ -63,29 +66,40 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         self.check_ipxe_binary(task)
         client = self.client(task)
         state = client.boot_state()
-        fields = {}
+        fields = self.check_boot_mode(state)
         if self.cd_target(state) is None:
             fields["BootSourceOverrideTarget"] = [
                 f"neither Cd nor UsbCd is allowed (allowed: "
                 f"{', '.join(state.allowed_targets)})"]
-        if media.find_cd(client) is None:
-            fields["VirtualMedia"] = ["no virtual media device takes a CD"]
+        problem = quirks.virtual_media_firmware_problem(state.quirks, client.manager()) \
+            if state.quirks.virtual_media_firmware else None
+        if problem:
+            fields["Manager.FirmwareVersion"] = [problem]
+        found = media.devices(client)
+        if not media.insertable_cds(found):
+            fields["VirtualMedia"] = [
+                "no CD/DVD device takes an InsertMedia (devices: "
+                + (", ".join(d.describe() for d in found) or "none") + ")"]
         if fields:
             raise ValidationFailed(
-                f"BMC {client.address}, system {client.system_label} cannot boot machine "
-                f"{task.machine.id} from virtual media: " + "; ".join(
+                f"BMC {client.address} ({state.quirks.vendor}), system {client.system_label} "
+                f"cannot boot machine {task.machine.id} from virtual media: " + "; ".join(
                     f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
 
     def prepare(self, task):
         self.ensure_iso(task.services, task.partition.id)
+        if task.machine.bmc and task.machine.bmc.address:
+            self.remember_override(task, self.client(task))
 
     def activate(self, task):
         spec, _ = self.ensure_iso(task.services, task.partition.id)
         url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name)
         client = self.client(task)
         found = media.devices(client)  # read once: eject and insert act on it
-        ejected = media.eject_all(client, found=found)
-        device = media.insert_cd(client, url, found=found)
+        # only the boot type's devices: another kind's media is the operator's
+        ejected = media.eject_all(client, only=lambda d: d.is_cd, found=found)
+        # the insert acts on the devices as read back after the eject (their ETags)
+        device = media.insert_cd(client, url, found=media.replace_read(found, ejected))
         # read after the insert: the PATCH below and the reset reuse this read
         target = self.cd_target(client.boot_state()) or "Cd"
         enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
@@ -118,7 +132,9 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image))
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
                                              clear_http_boot_uri=False)
+        restored = self.restore_override(task, client)
         task.record_event(f"{self.name}.clean_up",
                           f"BMC {client.address} system {client.system_label}: ejected "
                           f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "
-                          f"{', '.join(cleared) or 'no override'}", interface=self.name)
+                          f"{', '.join(cleared) or 'no override'}"
+                          + (f"; {restored}" if restored else ""), interface=self.name)

@@ -22,7 +22,7 @@ import bcrypt
 import pytest
 import requests
 
-from metalboot_framework.services import Services, partition_info
+from metalboot_framework.services import partition_info
 from metalboot_framework.store import models
 from tests import redfish_conf as redfish_conf_mod
 
@@ -254,20 +254,15 @@ _fresh_bmc_connection_cache = redfish_conf_mod.fresh_bmc_connection_cache
 @pytest.fixture
 def redfish_services(tmp_path, partition_artifact_server):
     """Factory: real Services (sqlite in tmp) with both Redfish interfaces enabled."""
-    made = []
-
-    def make(**bmc_overrides):
-        conf = make_conf(tmp_path / f"state{len(made)}", partition_artifact_server.url,
+    def conf_for(index, **bmc_overrides):
+        return make_conf(tmp_path / f"state{index}", partition_artifact_server.url,
                          **bmc_overrides)
-        services = Services.from_conf(conf)
-        partition_artifact_server.services = services
-        made.append(services)
-        return services
 
-    yield make
-    for services in made:
-        services.db.write_engine.dispose()
-        services.db.read_engine.dispose()
+    def serve(services):
+        partition_artifact_server.services = services
+
+    with redfish_conf_mod.services_factory(conf_for, serve) as make:
+        yield make
 
 
 def add_machine(services, emulator_url, system, machine_id=None, partition_id="p1",

@@ -18,13 +18,19 @@ by accident:
    ``SUSHY_EMULATOR_POWER_DELAY`` = (min, max) seconds, default (0.2, 0.6),
    instead of a random 1-11 s, to keep tests fast.
 
+4. With ``METALBOOT_EMULATOR_REQUEST_LOG`` set to a file name, the method and
+   path of every request are appended to that file, one line each (the stock
+   log colours POST and PATCH lines, which a parser of it misses).
+
 Virtual media, resets, auth (``SUSHY_EMULATOR_AUTH_FILE``) and everything else
 are the stock emulator's.
 """
 
 import json
+import os
 import random
 import sys
+import threading
 import time
 
 import flask
@@ -132,6 +138,17 @@ def system_resource(identity):
 
 
 emulator.app.view_functions["system_resource"] = system_resource
+
+_REQUEST_LOG = os.environ.get("METALBOOT_EMULATOR_REQUEST_LOG")
+_REQUEST_LOG_LOCK = threading.Lock()
+
+
+@emulator.app.before_request
+def log_request():
+    """Every request, method and path, to METALBOOT_EMULATOR_REQUEST_LOG."""
+    if _REQUEST_LOG:
+        with _REQUEST_LOG_LOCK, open(_REQUEST_LOG, "a") as f:
+            f.write(f"{flask.request.method} {flask.request.path}\n")
 
 if __name__ == "__main__":
     sys.exit(emulator.main())

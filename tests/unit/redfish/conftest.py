@@ -5,4 +5,5 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from redfish_mock_bmc import _fresh_bmc_connection_cache, mock_redfish_bmc  # noqa: E402,F401
+from redfish_mock_bmc import (  # noqa: E402,F401
+    _fresh_bmc_connection_cache, mock_redfish_bmc, vendor_bmc)

@@ -1,13 +1,18 @@
-"""A mock BMC serving vendor-like Redfish JSON, and its fixtures (see conftest.py).
+"""A mock BMC serving vendor Redfish JSON, and its fixtures (see conftest.py).
 
-``mock_redfish_bmc`` is a small in-process HTTP server (127.0.0.1, free port)
-holding Redfish documents shaped like those AMI, Supermicro, HPE iLO, Dell
-iDRAC and Lenovo XCC return (written after DMTF's public mockups and vendor
-docs, trimmed to what metalboot reads). It applies PATCHes and resets to its
-documents, logs every request, and can refuse changes the way those BMCs do.
+``MockRedfishBmc`` is a small in-process HTTP server (127.0.0.1, free port). It
+is a mock: it stands in for vendor BMC firmware that cannot run here. It serves
+either documents shaped like a vendor's (:func:`vendor_documents`, written
+after DMTF's public mockups) or a vendor's real public payloads from
+``tests/redfish_corpus`` (:func:`corpus_documents`, each file's source named in
+its directory's ``SOURCES.json``), and behaves as :mod:`vendor_behaviour`
+documents for that vendor. It counts every request by method and every reset,
+and simulates what the firmware boots after each reset (``boots``).
 """
-
+import base64
+import collections
 import copy
+import hashlib
 import http.server
 import json
 import os
@@ -86,6 +91,42 @@ def vendor_documents(manufacturer, model="", http_boot_uri=True, bios_uri_attrib
     return docs
 
 
+CORPUS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "redfish_corpus")
+
+
+def corpus_documents(vendor):
+    """The documents of ``tests/redfish_corpus/<vendor>``, keyed on their path,
+    with the vendor profile's overlays applied (see vendor_behaviour)."""
+    from vendor_behaviour import PROFILES
+    folder = os.path.join(CORPUS, vendor)
+    docs = {}
+    for name in sorted(os.listdir(folder)):
+        if name == "SOURCES.json":
+            continue
+        with open(os.path.join(folder, name)) as f:
+            doc = json.load(f)
+        docs[normalise(doc["@odata.id"])] = doc
+    for path, patch, _source in PROFILES[vendor].overlays:
+        merge(docs.setdefault(path, {"@odata.id": path}), copy.deepcopy(patch))
+    return docs
+
+
+def set_up_for_uefi(docs):
+    """The change an operator makes before migrating a machine captured in
+    Legacy mode: the firmware boots UEFI (Boot.BootSourceOverrideMode and the
+    BIOS boot mode say so)."""
+    system = docs[normalise(docs["/redfish/v1/Systems"]["Members"][0]["@odata.id"])]
+    system["Boot"]["BootSourceOverrideMode"] = "UEFI"
+    bios = docs.get(normalise((system.get("Bios") or {}).get("@odata.id") or "-"))
+    if bios and "BootMode" in (bios.get("Attributes") or {}):
+        bios["Attributes"]["BootMode"] = "Uefi"
+
+
+def normalise(path):
+    path = path.split("?")[0].rstrip("/") or "/"
+    return "/redfish/v1/" if path == "/redfish/v1" else path
+
+
 def merge(target, patch):
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
@@ -94,18 +135,64 @@ def merge(target, patch):
             target[key] = value
 
 
-class MockRedfishBmc:
-    """In-process mock BMC; ``log`` holds (method, path, body) of each request."""
+class Fault(Exception):
+    """An answer the mock gives instead of the normal one."""
 
-    def __init__(self, documents):
+    def __init__(self, status, message_id, message):
+        super().__init__(message)
+        self.status, self.message_id, self.message = status, message_id, message
+
+
+class MockRedfishBmc:
+    """In-process mock BMC.
+
+    ``log`` holds (method, path, body) of each request, ``counts`` the
+    requests per method, ``resets`` the ResetType of each reset, ``boots``
+    what the simulated firmware booted after each reset, ``jobs`` the config
+    jobs created. Faults: ``statuses`` (forced statuses for the next
+    requests), ``fail_rate`` (that share of requests answers 503), ``slow``
+    ({(method, path suffix): seconds}: the request is processed, then
+    answered that late), ``eject_conflict`` (EjectMedia answers 409 and keeps
+    the media), ``busy`` (that many requests get the vendor's busy refusal),
+    ``password`` (Basic auth checked when set), :meth:`kill` (dead BMC).
+    """
+
+    def __init__(self, documents, profile=None, password=None, seed=0):
+        import random
+
+        from vendor_behaviour import Profile
+        self.profile = profile or Profile("synthetic")
         self.docs = copy.deepcopy(documents)
+        self.system_path = self.docs["/redfish/v1/Systems"]["Members"][0]["@odata.id"]
+        self.system_path = normalise(self.system_path)
+        for doc in list(self.docs.values()):
+            # a settings object the payload links to: the pending state, empty
+            settings = ((doc.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
+                .get("@odata.id")
+            if settings and normalise(settings) not in self.docs:
+                self.docs[normalise(settings)] = {"@odata.id": settings, "Attributes": {}} \
+                    if "Attributes" in doc else {"@odata.id": settings}
         self.log = []
+        self.counts = collections.Counter()
+        self.resets = []
+        self.boots = []
+        self.jobs = []
         self.post_refusals = 0          # HPE: 400 "in POST" for that many PATCHes
         self.refuse_continuous = False  # 400 on BootSourceOverrideEnabled=Continuous
         self.statuses = []              # forced statuses for the next requests
         self.delay = 0.0                # seconds each request takes
+        self.slow = {}
+        self.fail_rate = 0.0
+        self.busy = 0
+        self.eject_conflict = False
+        self.eject_ignored = False      # EjectMedia answered 204, media kept
+        self.if_matches = []            # (path, If-Match or None) of each PATCH
+        self.on_boot = None             # called (in a thread) with each boot's outcome
+        self.password = password
+        self.random = random.Random(seed)
         self.active = self.most_active = 0  # requests under way: now, at most
         self.lock = threading.Lock()
+        self.pending_system = {}        # Boot changes staged in the settings object
         bmc = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -127,7 +214,10 @@ class MockRedfishBmc:
                 self.close_connection = True
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except OSError:  # the client gave up (read timeout)
+                    pass
 
             def error(self, status, message_id, message):
                 self.reply(status, {"error": {"code": message_id, "message": message,
@@ -143,71 +233,29 @@ class MockRedfishBmc:
                 try:
                     if bmc.delay:
                         time.sleep(bmc.delay)
-                    self.answer()
+                    length = int(self.headers.get("Content-Length") or 0)
+                    raw = self.rfile.read(length) if length else b""
+                    body = json.loads(raw) if raw else None
+                    path = normalise(self.path)
+                    with bmc.lock:
+                        bmc.log.append((self.command, path, body))
+                        bmc.counts[self.command] += 1
+                        try:
+                            status, answer, headers = bmc.answer(
+                                self.command, path, body, self.headers, bool(raw))
+                        except Fault as fault:
+                            status, answer, headers = fault.status, {"error": {
+                                "code": fault.message_id, "message": fault.message,
+                                "@Message.ExtendedInfo": [{
+                                    "MessageId": fault.message_id, "Message": fault.message,
+                                    "Severity": "Warning"}]}}, {}
+                    for (method, suffix), seconds in list(bmc.slow.items()):
+                        if method == self.command and path.endswith(suffix):
+                            time.sleep(seconds)
+                    self.reply(status, answer, headers)
                 finally:
                     with bmc.lock:
                         bmc.active -= 1
-
-            def answer(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                path = self.path.rstrip("/") or "/"
-                if path == "/redfish/v1":
-                    path = "/redfish/v1/"
-                with bmc.lock:
-                    bmc.log.append((self.command, path, body))
-                    forced = bmc.statuses.pop(0) if bmc.statuses else None
-                    if forced:
-                        return self.error(forced, "Base.1.0.GeneralError", "forced")
-                    if self.command == "GET":
-                        doc = bmc.docs.get(path)
-                        if doc is None:
-                            return self.error(404, "Base.1.0.ResourceMissingAtURI", path)
-                        return self.reply(200, doc, {"ETag": f'W/"{len(bmc.log)}"'})
-                    if self.command == "PATCH":
-                        if path == SYSTEM:
-                            boot = (body or {}).get("Boot") or {}
-                            if bmc.post_refusals:
-                                bmc.post_refusals -= 1
-                                return self.error(
-                                    400, "iLO.2.15.UnableToModifyDuringSystemPOST",
-                                    "The value for the property cannot be changed while "
-                                    "the server is in POST.")
-                            if bmc.refuse_continuous and \
-                                    boot.get("BootSourceOverrideEnabled") == "Continuous":
-                                return self.error(
-                                    400, "Base.1.8.PropertyValueNotInList",
-                                    "The value Continuous for the property "
-                                    "BootSourceOverrideEnabled is not in the list of "
-                                    "acceptable values.")
-                            allowed = bmc.docs[SYSTEM]["Boot"].get(
-                                "BootSourceOverrideTarget@Redfish.AllowableValues")
-                            if "HttpBootUri" in boot and \
-                                    "HttpBootUri" not in bmc.docs[SYSTEM]["Boot"]:
-                                return self.error(400, "Base.1.8.PropertyUnknown",
-                                                  "HttpBootUri")
-                            if boot.get("BootSourceOverrideTarget") not in (None, *allowed):
-                                return self.error(400, "Base.1.8.PropertyValueNotInList",
-                                                  "BootSourceOverrideTarget")
-                        if path not in bmc.docs:
-                            return self.error(404, "Base.1.0.ResourceMissingAtURI", path)
-                        merge(bmc.docs[path], body or {})
-                        return self.reply(204)
-                    if self.command == "POST":
-                        if path.endswith("ComputerSystem.Reset"):
-                            kind = body["ResetType"]
-                            bmc.docs[SYSTEM]["PowerState"] = "Off" if kind in (
-                                "ForceOff", "GracefulShutdown") else "On"
-                            return self.reply(204)
-                        if path.endswith("VirtualMedia.InsertMedia"):
-                            dev = bmc.docs[path.split("/Actions")[0]]
-                            dev.update(Image=body["Image"], Inserted=True)
-                            return self.reply(204)
-                        if path.endswith("VirtualMedia.EjectMedia"):
-                            dev = bmc.docs[path.split("/Actions")[0]]
-                            dev.update(Image=None, Inserted=False)
-                            return self.reply(204)
-                    return self.error(405, "Base.1.0.GeneralError", "not supported")
 
             do_GET = do_PATCH = do_POST = handle_any
 
@@ -216,16 +264,254 @@ class MockRedfishBmc:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    # -- the BMC's behaviour -------------------------------------------------------
+    def etag(self, path):
+        doc = self.docs[path]
+        digest = hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+        return f'"{digest}"'
+
+    def answer(self, method, path, body, headers, has_body):
+        """(status, body, headers) for one request; may raise :class:`Fault`."""
+        if self.password is not None:
+            auth = headers.get("Authorization") or ""
+            expected = "Basic " + base64.b64encode(
+                f"root:{self.password}".encode()).decode()
+            if auth != expected:
+                raise Fault(401, "Base.1.8.NoValidSession", "Invalid username or password")
+        forced = self.statuses.pop(0) if self.statuses else None
+        if forced:
+            raise Fault(forced, "Base.1.0.GeneralError", "forced")
+        if self.fail_rate and self.random.random() < self.fail_rate:
+            raise Fault(503, "Base.1.8.ServiceTemporarilyUnavailable", "random 503")
+        if self.busy and method != "GET":
+            self.busy -= 1
+            raise Fault(*self.profile.busy)
+        if method == "GET":
+            doc = self.docs.get(path)
+            if doc is None:
+                raise Fault(404, "Base.1.0.ResourceMissingAtURI", path)
+            doc = copy.deepcopy(doc)
+            out_headers = {}
+            if self.profile.etag_in in ("body", "both"):
+                doc["@odata.etag"] = self.etag(path)
+            else:
+                doc.pop("@odata.etag", None)
+            if self.profile.etag_in in ("header", "both"):
+                out_headers["ETag"] = self.etag(path)
+            if self.profile.media_patch and "MediaTypes" in doc:
+                out_headers["Allow"] = "GET, PATCH"
+            return 200, doc, out_headers
+        if method == "PATCH":
+            return self.patch(path, body or {}, headers)
+        if method == "POST":
+            return self.post(path, body, has_body)
+        raise Fault(405, "Base.1.0.GeneralError", "not supported")
+
+    def check_if_match(self, path, headers):
+        given = headers.get("If-Match")
+        self.if_matches.append((path, given))
+        if given is None:
+            if self.profile.if_match_required:
+                raise Fault(428, "Base.1.8.PreconditionRequired",
+                            "A precondition header (If-Match) is required.")
+            return
+        current = self.etag(path)
+        if given.removeprefix("W/") != current and given != "*":
+            raise Fault(412, "Base.1.8.PreconditionFailed", "The ETag does not match.")
+
+    def patch(self, path, body, headers):
+        if path not in self.docs:
+            raise Fault(404, "Base.1.0.ResourceMissingAtURI", path)
+        self.check_if_match(path, headers)
+        system = self.docs[self.system_path]
+        settings_path = normalise(((system.get("@Redfish.Settings") or {}).get(
+            "SettingsObject") or {}).get("@odata.id") or "-")
+        if path == self.system_path:
+            boot = body.get("Boot") or {}
+            if boot and self.profile.boot_in_settings_object:
+                raise Fault(400, "Base.1.12.PropertyNotWritable",
+                            "The property Boot is a read only property and cannot be "
+                            "assigned a value.")
+            if self.post_refusals:
+                self.post_refusals -= 1
+                raise Fault(400, "iLO.2.15.UnableToModifyDuringSystemPOST",
+                            "The value for the property cannot be changed while "
+                            "the server is in POST.")
+            if self.refuse_continuous and boot.get("BootSourceOverrideEnabled") == "Continuous":
+                raise Fault(400, "Base.1.8.PropertyValueNotInList",
+                            "The value Continuous for the property "
+                            "BootSourceOverrideEnabled is not in the list of "
+                            "acceptable values.")
+            self.check_boot(boot)
+            merge(system, body)
+            return 204, None, {}
+        if path == settings_path:
+            self.check_boot(body.get("Boot") or {})
+            merge(self.pending_system, body)
+            merge(self.docs[path], body)
+            return 200, None, {}
+        if "MediaTypes" in self.docs[path] and self.profile.media_patch:
+            self.docs[path].update(Image=body.get("Image"),
+                                   Inserted=bool(body.get("Inserted", body.get("Image"))))
+            return 204, None, {}
+        if path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending"):
+            apply_time = (body.pop("@Redfish.SettingsApplyTime", None) or {}).get("ApplyTime")
+            merge(self.docs[path], body)
+            if apply_time == "OnReset":
+                self.docs[path]["@metalboot.mock.apply"] = "OnReset"
+            return 200, None, {}
+        merge(self.docs[path], body)
+        return 204, None, {}
+
+    def check_boot(self, boot):
+        current = self.docs[self.system_path].get("Boot") or {}
+        allowed = current.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+        if "HttpBootUri" in boot and "HttpBootUri" not in current:
+            raise Fault(400, "Base.1.8.PropertyUnknown", "HttpBootUri")
+        if allowed is not None and boot.get("BootSourceOverrideTarget") not in (None, *allowed):
+            raise Fault(400, "Base.1.8.PropertyValueNotInList", "BootSourceOverrideTarget")
+
+    def post(self, path, body, has_body):
+        if not has_body and self.profile.empty_post_415:
+            raise Fault(415, "Base.1.8.UnsupportedMediaType",
+                        "The request body is missing or not JSON.")
+        if path.endswith("ComputerSystem.Reset"):
+            return self.reset((body or {}).get("ResetType"))
+        if path.endswith("/Jobs"):
+            target = normalise((body or {}).get("TargetSettingsURI") or "")
+            if target not in self.docs:
+                raise Fault(400, "IDRAC.2.8.SYS011", "TargetSettingsURI is invalid.")
+            job = f"JID_{len(self.jobs) + 1:012d}"
+            self.jobs.append({"Id": job, "TargetSettingsURI": target,
+                              "JobState": "Scheduled"})
+            self.docs[path + "/" + job] = {"@odata.id": path + "/" + job, "Id": job,
+                                          "JobState": "Scheduled", "Message":
+                                          "Task successfully scheduled."}
+            return 200, None, {"Location": path + "/" + job}
+        device_path = path.split("/Actions")[0]
+        device = self.docs.get(device_path)
+        if device is None or "MediaTypes" not in device:
+            raise Fault(404, "Base.1.0.ResourceMissingAtURI", path)
+        if path.endswith("VirtualMedia.InsertMedia"):
+            if "#VirtualMedia.InsertMedia" not in (device.get("Actions") or {}):
+                raise Fault(405, "Base.1.8.ActionNotSupported", "InsertMedia")
+            slots = self.profile.insert_slots
+            if slots is not None and device.get("Id") not in slots:
+                raise Fault(400, "IDRAC.2.8.VRM0021",
+                            f"Virtual media slot {device.get('Id')} cannot be used; use "
+                            f"{', '.join(slots)}.")
+            if device.get("Inserted"):
+                raise Fault(409, "Base.1.8.ResourceInUse", "media already inserted")
+            device.update(Image=(body or {}).get("Image"), Inserted=True)
+            return 204, None, {}
+        if path.endswith("VirtualMedia.EjectMedia"):
+            if "#VirtualMedia.EjectMedia" not in (device.get("Actions") or {}):
+                raise Fault(405, "Base.1.8.ActionNotSupported", "EjectMedia")
+            if self.eject_conflict:
+                raise Fault(409, "Base.1.8.ResourceInUse",
+                            "The media cannot be ejected: it is in use.")
+            if self.eject_ignored:
+                return 204, None, {}
+            device.update(Image=None, Inserted=False)
+            return 204, None, {}
+        raise Fault(405, "Base.1.0.GeneralError", "not supported")
+
+    def reset(self, kind):
+        system = self.docs[self.system_path]
+        self.resets.append(kind)
+        if kind in ("ForceOff", "GracefulShutdown"):
+            system["PowerState"] = "Off"
+            return 204, None, {}
+        system["PowerState"] = "On"
+        self.apply_pending()
+        outcome = self.firmware_boot()
+        self.boots.append(outcome)
+        if self.on_boot is not None:  # e.g. fetch the URL, as the firmware would
+            threading.Thread(target=self.on_boot, args=(outcome,), daemon=True).start()
+        return 204, None, {}
+
+    def apply_pending(self):
+        """At a reset: the pending BIOS settings and settings-object Boot apply,
+        where the vendor's rule lets them (see Profile.bios_apply)."""
+        if self.pending_system:
+            merge(self.docs[self.system_path], self.pending_system)
+            self.pending_system = {}
+        for path, doc in list(self.docs.items()):
+            if not (path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending")):
+                continue
+            attrs = doc.get("Attributes") or {}
+            if not attrs:
+                continue
+            applies = self.profile.bios_apply == "reset" or \
+                doc.get("@metalboot.mock.apply") == "OnReset" or any(
+                    job["TargetSettingsURI"] == path and job["JobState"] == "Scheduled"
+                    for job in self.jobs)
+            if applies:
+                bios = self.docs[path.rsplit("/", 1)[0]]
+                merge(bios.setdefault("Attributes", {}), attrs)
+                doc["Attributes"] = {}
+                doc.pop("@metalboot.mock.apply", None)
+                for job in self.jobs:
+                    if job["TargetSettingsURI"] == path:
+                        job["JobState"] = "Completed"
+
+    def firmware_boot(self):
+        """What UEFI firmware boots now: the URL it fetches or the media it
+        starts, from the override and the *current* BIOS attributes."""
+        system = self.docs[self.system_path]
+        boot = system.get("Boot") or {}
+        enabled, target = boot.get("BootSourceOverrideEnabled"), \
+            boot.get("BootSourceOverrideTarget")
+        outcome = {"target": None, "url": None, "media": None,
+                   "mode": boot.get("BootSourceOverrideMode")}
+        if enabled in ("Once", "Continuous") and target not in (None, "None"):
+            outcome["target"] = target
+            if target == "UefiHttp":
+                bios = self.docs.get(normalise((system.get("Bios") or {}).get(
+                    "@odata.id") or "-"), {}).get("Attributes") or {}
+                if boot.get("HttpBootUri"):
+                    outcome["url"] = boot["HttpBootUri"]
+                elif bios.get("HttpDev1EnDis") == "Enabled" and bios.get("HttpDev1Uri"):
+                    outcome["url"] = bios["HttpDev1Uri"]
+                elif bios.get("UrlBootFile"):
+                    outcome["url"] = bios["UrlBootFile"]
+            elif target in ("Cd", "UsbCd"):
+                for doc in self.docs.values():
+                    if set(doc.get("MediaTypes") or ()) & {"CD", "DVD"} and doc.get("Inserted"):
+                        outcome["media"] = doc.get("Image")
+                        break
+            if enabled == "Once":
+                boot["BootSourceOverrideEnabled"] = "Disabled"
+        return outcome
+
+    # -- test helpers --------------------------------------------------------------
+    def kill(self):
+        """A dead BMC: nothing listens on its port any more."""
+        self.stop()
+
     def stop(self):
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def requests(self, method, path=SYSTEM):
+    def requests(self, method, path=None):
+        path = self.system_path if path is None else path
         return [body for m, p, body in self.log if m == method and p == path]
+
+    def device(self, device_id):
+        for doc in self.docs.values():
+            if "MediaTypes" in doc and doc.get("Id") == device_id:
+                return doc
+        raise KeyError(device_id)
 
     @property
     def boot(self):
-        return self.docs[SYSTEM]["Boot"]
+        return self.docs[self.system_path]["Boot"]
+
+    @property
+    def bios_attributes(self):
+        system = self.docs[self.system_path]
+        bios = self.docs.get(normalise((system.get("Bios") or {}).get("@odata.id") or "-"))
+        return bios.setdefault("Attributes", {}) if bios is not None else {}
 
 
 @pytest.fixture
@@ -241,6 +527,29 @@ def mock_redfish_bmc():
     yield start
     for bmc_ in started:
         bmc_.stop()
+
+
+@pytest.fixture
+def vendor_bmc():
+    """Factory: vendor_bmc(corpus name, **MockRedfishBmc options): a mock BMC
+    serving that vendor's real payloads with its documented behaviour."""
+    from vendor_behaviour import PROFILES
+    started = []
+
+    def start(vendor, uefi=False, **kwargs):
+        docs = corpus_documents(vendor)
+        if uefi:
+            set_up_for_uefi(docs)
+        bmc_ = MockRedfishBmc(docs, PROFILES[vendor], **kwargs)
+        started.append(bmc_)
+        return bmc_
+
+    yield start
+    for bmc_ in started:
+        try:
+            bmc_.stop()
+        except OSError:
+            pass
 
 
 FAST_BMC = dict(connect_timeout=1.0, read_timeout=2.0, retry_attempts=3, retry_interval=0.01,

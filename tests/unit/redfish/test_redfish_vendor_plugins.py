@@ -1,0 +1,263 @@
+"""Both Redfish interfaces against the mock BMC serving each vendor's real payloads.
+
+Each test drives a plugin through its public methods (validate, prepare,
+activate, check_drift, clean_up) with real Services (SQLite in tmp) and reads
+the outcome from the mock: what the simulated firmware booted, how many
+resets and requests it took, what was left on the BMC.
+"""
+
+import pytest
+
+from redfish_mock_bmc import make_conf
+from metalboot_framework.exceptions import BmcError, ValidationFailed
+from metalboot_framework.store import models
+from metalboot_framework.task import BootTask
+from tests.redfish_conf import services_factory
+
+HTTP, VMEDIA = "redfish-http-url", "redfish-virtual-media-ipxe"
+PASSWORD = "Plugin-Secret-9"
+
+
+@pytest.fixture
+def services(tmp_path):
+    def conf_for(index, **bmc_overrides):
+        return make_conf(tmp_path / f"state{index}", **bmc_overrides)
+    with services_factory(conf_for) as make:
+        yield make
+
+
+def task_for(services, bmc, interface, machine_id="m1"):
+    with services.write() as unit:
+        s = unit.session
+        if s.get(models.Partition, "p1") is None:
+            s.add(models.Partition(id="p1", kernel_url="http://127.0.0.1:1/k",
+                                   cmdline="console=ttyS0", properties={}))
+            s.flush()
+        s.add(models.Machine(id=machine_id, partition_id="p1", bmc_address=bmc.url,
+                             bmc_username="root", bmc_password=PASSWORD,
+                             bmc_verify_tls=False, boot_interface=interface,
+                             boot_mode="uefi", state="ready", properties={},
+                             token_generation=1))
+        s.flush()
+        mac = f"52:54:00:00:00:{len(machine_id) + ord(machine_id[-1]) % 256:02x}"
+        s.add(models.Nic(mac=mac, machine_id=machine_id, position=0))
+    return BootTask(services, None, None, interface, machine_id=machine_id)
+
+
+def plugin(services, interface):
+    return services.interfaces.get(interface)
+
+
+def activated(services, vendor_bmc, vendor, interface, boot=None):
+    """(mock BMC, task, interface) after validate, prepare and activate of a
+    machine on ``vendor``'s BMC, set up for UEFI (and ``boot`` set in its Boot)."""
+    bmc = vendor_bmc(vendor, uefi=True)
+    bmc.boot.update(boot or {})
+    svc = services()
+    task = task_for(svc, bmc, interface)
+    iface = plugin(svc, interface)
+    iface.validate(task)
+    iface.prepare(task)
+    iface.activate(task)
+    return bmc, task, iface
+
+
+def test_dell_idrac9_http_url_boots_the_url_after_one_reset(services, vendor_bmc):
+    """iDRAC keeps HttpDev1Uri pending until a config job or SettingsApplyTime
+    applies it: the firmware fetches the URL only if activate arranged that."""
+    bmc, task, iface = activated(services, vendor_bmc, "dell-idrac9", HTTP)
+    url = task.artifact_url("ipxe.iso")
+    assert bmc.boots[-1]["url"] == url and bmc.boots[-1]["target"] == "UefiHttp"
+    assert bmc.resets == ["ForceRestart"]
+    attributes = bmc.bios_attributes
+    assert attributes["HttpDev1EnDis"] == "Enabled"
+    assert attributes["HttpDev1Protocol"] == "IPv6"  # the boot URL is IPv6
+    assert all(tag for _path, tag in bmc.if_matches)  # every PATCH with If-Match
+    assert iface.check_drift(task) == []
+    iface.clean_up(task)
+    bmc.reset("ForceRestart")  # the clean-up applies at the next boot, as staged
+    assert bmc.bios_attributes["HttpDev1Uri"] == "" and \
+        bmc.bios_attributes["HttpDev1EnDis"] == "Disabled"
+
+
+def test_dell_drift_reads_the_current_attributes(services, vendor_bmc):
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    svc = services()
+    task = task_for(svc, bmc, HTTP)
+    iface = plugin(svc, HTTP)
+    settings = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"
+    # pending only (staged, never applied): the firmware does not use it
+    bmc.docs[settings]["Attributes"] = {"HttpDev1Uri": task.artifact_url("ipxe.iso"),
+                                        "HttpDev1EnDis": "Enabled"}
+    assert any("HttpBootUri" in d for d in iface.check_drift(task))
+
+
+def test_lenovo_media_keeps_the_operators_floppy(services, vendor_bmc):
+    """XCC: If-Match from the body's @odata.etag, media changed by PATCH, and
+    the operator's floppy boot.img is not ours to eject."""
+    bmc, task, iface = activated(services, vendor_bmc, "lenovo-xcc", VMEDIA)
+    assert bmc.device("Floppy")["Image"] == "http://192.168.1.2/boot.img"
+    iso = bmc.device("CD")["Image"]
+    assert iso and iso.endswith(".iso") and bmc.device("CD")["Inserted"]
+    assert bmc.boots[-1]["media"] == iso and bmc.resets == ["ForceRestart"]
+    assert all(tag for _path, tag in bmc.if_matches)
+    iface.clean_up(task)
+    assert not bmc.device("CD")["Inserted"]
+    assert bmc.device("Floppy")["Image"] == "http://192.168.1.2/boot.img"
+
+
+def test_idrac10_slot_2_refused_slot_1_used(services, vendor_bmc):
+    bmc, _task, _iface = activated(services, vendor_bmc, "dell-idrac10", VMEDIA)
+    assert bmc.device("1")["Inserted"] and not bmc.device("2")["Inserted"]
+
+
+def test_public_rackmount1_refused_with_the_reason(services, vendor_bmc):
+    bmc = vendor_bmc("dmtf-public-rackmount1")
+    svc = services()
+    with pytest.raises(ValidationFailed) as exc:
+        plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
+    assert "InsertMedia" in str(exc.value) and "CD1" in str(exc.value)
+    assert "VirtualMedia" in exc.value.fields
+    with pytest.raises(ValidationFailed) as exc:
+        plugin(svc, HTTP).validate(task_for(svc, bmc, HTTP, "m2"))
+    assert "UefiHttp is not allowed" in str(exc.value)
+    assert bmc.counts["PATCH"] == bmc.counts["POST"] == 0  # nothing half-applied
+
+
+def test_supermicro_legacy_refused_and_mode_sent_again(services, vendor_bmc):
+    bmc = vendor_bmc("supermicro-x12")  # as captured: BootSourceOverrideMode Legacy
+    svc = services()
+    with pytest.raises(ValidationFailed) as exc:
+        plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
+    assert "boots Legacy" in str(exc.value) and "Supermicro" in str(exc.value)
+    assert bmc.counts["PATCH"] == 0
+    bmc = vendor_bmc("supermicro-x12", uefi=True)
+    task = task_for(svc, bmc, VMEDIA, "m2")
+    iface = plugin(svc, VMEDIA)
+    iface.validate(task)
+    iface.activate(task)
+    boot = bmc.requests("PATCH")[-1]["Boot"]
+    assert boot["BootSourceOverrideTarget"] == "UsbCd"
+    assert boot["BootSourceOverrideMode"] == "UEFI"  # re-sent with the target
+
+
+def test_failed_eject_is_not_reported_as_done(services, vendor_bmc):
+    bmc = vendor_bmc("supermicro-x12", uefi=True)
+    bmc.device("CD1").update(Image="http://other/old.iso", Inserted=True)
+    bmc.eject_ignored = True
+    svc = services()
+    task = task_for(svc, bmc, VMEDIA)
+    with pytest.raises(BmcError) as exc:
+        plugin(svc, VMEDIA).activate(task)
+    assert "still holds http://other/old.iso" in str(exc.value)
+    assert bmc.resets == []
+    bmc.eject_ignored, bmc.eject_conflict = False, True
+    with pytest.raises(BmcError) as exc:
+        plugin(svc, VMEDIA).activate(task)
+    assert "ResourceInUse" in str(exc.value) and "Supermicro" in str(exc.value)
+    assert PASSWORD not in str(exc.value)
+
+
+def test_insert_answered_late_is_sent_once(services, vendor_bmc):
+    bmc = vendor_bmc("supermicro-x12", uefi=True)
+    bmc.slow[("POST", "VirtualMedia.InsertMedia")] = 0.8
+    svc = services(read_timeout=0.5)
+    task = task_for(svc, bmc, VMEDIA)
+    plugin(svc, VMEDIA).activate(task)
+    inserts = [p for m, p, _ in bmc.log if p.endswith("InsertMedia")]
+    assert len(inserts) == 1 and bmc.device("CD1")["Inserted"]
+    assert bmc.resets == ["ForceRestart"]
+
+
+@pytest.mark.parametrize("interface", [VMEDIA, HTTP])
+def test_the_operators_override_is_restored(services, vendor_bmc, interface):
+    """XCC as captured has a pending "Once Hdd" of the operator's; the iDRAC
+    gets a "Continuous Hdd". Clean-up (a rollback) leaves them as found."""
+    if interface == VMEDIA:
+        vendor, before = "lenovo-xcc", {"BootSourceOverrideEnabled": "Once",
+                                        "BootSourceOverrideTarget": "Hdd"}  # as captured
+        boot = None
+    else:
+        vendor, before = "dell-idrac9", {"BootSourceOverrideEnabled": "Continuous",
+                                         "BootSourceOverrideTarget": "Hdd"}
+        boot = before
+    bmc, task, iface = activated(services, vendor_bmc, vendor, interface, boot)
+    assert bmc.boots[-1]["target"] in ("Cd", "UefiHttp")  # ours took the boot
+    iface.clean_up(task)
+    assert {k: bmc.boot[k] for k in before} == before
+
+
+@pytest.mark.parametrize("firmware,model,refused", [
+    ("5.10.50.00", "14G Monolithic", True), ("7.00.00.00", "15G Monolithic", False),
+    ("1.20.50.52", "17G Monolithic", False)])
+def test_idrac_firmware_outside_the_virtual_media_range_is_refused(
+        services, vendor_bmc, firmware, model, refused):
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    bmc.docs["/redfish/v1/Managers/iDRAC.Embedded.1"].update(FirmwareVersion=firmware,
+                                                             Model=model)
+    svc = services()
+    validate = plugin(svc, VMEDIA).validate
+    task = task_for(svc, bmc, VMEDIA)
+    if not refused:
+        validate(task)
+        return
+    with pytest.raises(ValidationFailed) as exc:
+        validate(task)
+    assert "Dell iDRAC firmware 5.10.50.00" in str(exc.value)
+    assert "physical drive" in str(exc.value) and "Manager.FirmwareVersion" in exc.value.fields
+
+
+def test_hpe_ilo_url_in_urlbootfile_and_eject_with_a_body(services):
+    """iLO (documents written after HPE's iLO 5 resource definitions, no
+    captured dump): no Boot.HttpBootUri, the URL goes to BIOS UrlBootFile,
+    applied at the reset; a body-less POST answers 415."""
+    from redfish_mock_bmc import MockRedfishBmc, vendor_documents
+    from vendor_behaviour import Profile
+    bmc = MockRedfishBmc(vendor_documents("HPE", "ProLiant DL360 Gen10", http_boot_uri=False,
+                                          bios_uri_attribute="UrlBootFile"),
+                         Profile("hpe-ilo5", empty_post_415=True))
+    try:
+        svc = services()
+        task = task_for(svc, bmc, HTTP)
+        iface = plugin(svc, HTTP)
+        iface.validate(task)
+        iface.activate(task)
+        assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
+        assert bmc.resets == ["ForceRestart"]
+        bmc.device("CD1").update(Image="http://other/x.iso", Inserted=True)
+        vm_task = task_for(svc, bmc, VMEDIA, "m2")
+        plugin(svc, VMEDIA).activate(vm_task)
+        assert bmc.device("CD1")["Image"].endswith(".iso") and \
+            bmc.device("CD1")["Image"] != "http://other/x.iso"
+        del bmc.bios_attributes["UrlBootFile"]
+        with pytest.raises(ValidationFailed) as exc:
+            iface.validate(task_for(svc, bmc, HTTP, "m3"))
+        assert "UrlBootFile" in str(exc.value) and "HPE iLO" in str(exc.value)
+    finally:
+        bmc.stop()
+
+
+def test_dell_without_apply_times_gets_a_config_job(services, vendor_bmc):
+    """An iDRAC whose BIOS advertises no SupportedApplyTimes needs a config job
+    (POST Managers/iDRAC.Embedded.1/Jobs with TargetSettingsURI)."""
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    del bmc.docs["/redfish/v1/Systems/System.Embedded.1/Bios"]["@Redfish.Settings"][
+        "SupportedApplyTimes"]
+    svc = services()
+    task = task_for(svc, bmc, HTTP)
+    iface = plugin(svc, HTTP)
+    iface.activate(task)
+    assert [j["TargetSettingsURI"] for j in bmc.jobs] == [
+        "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"]
+    assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
+    assert bmc.resets == ["ForceRestart"]
+
+
+def test_the_source_interfaces_override_is_not_taken_for_the_operators(services, vendor_bmc):
+    """Migrating from redfish-virtual-media-ipxe, its Once Cd is still set when
+    redfish-http-url prepares: clean-up must not put it back."""
+    bmc, task, iface = activated(services, vendor_bmc, "dell-idrac9", HTTP,
+                                 {"BootSourceOverrideEnabled": "Continuous",
+                                  "BootSourceOverrideTarget": "Cd"})
+    iface.clean_up(task)
+    assert bmc.boot["BootSourceOverrideEnabled"] == "Disabled"

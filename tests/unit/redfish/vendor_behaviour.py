@@ -1,0 +1,113 @@
+"""What each vendor's BMC does, for the mock BMC, with the public source of each rule.
+
+A :class:`Profile` names a corpus directory (``tests/redfish_corpus/<name>``,
+real payloads), the changes the mock makes to those payloads to show a
+documented state the captured payload does not (each with its source), and the
+behaviour flags :class:`redfish_mock_bmc.MockRedfishBmc` acts on.
+"""
+
+import dataclasses
+from typing import Optional, Sequence, Tuple
+
+DELL_SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
+DELL_MANAGER = "/redfish/v1/Managers/iDRAC.Embedded.1"
+SMC_MANAGER = "/redfish/v1/Managers/1"
+
+#: Dell: the UEFI HTTP boot device attributes of the iDRAC9/10 BIOS attribute
+#: registry (Dell "iDRAC Redfish API Guide", BIOS attributes HttpDev1*; Dell
+#: iDRAC-Redfish-Scripting BiosSetAttributeREDFISH.py). The captured bios.json
+#: is trimmed to BootMode, so the mock adds them in their factory state.
+DELL_HTTP_DEVICE = {"HttpDev1EnDis": "Disabled", "HttpDev1Uri": "",
+                    "HttpDev1Protocol": "IPv4", "HttpDev1Interface": "NIC.Integrated.1-1-1"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    #: (path, patch merged into the document, source of the documented state)
+    overlays: Sequence[Tuple[str, dict, str]] = ()
+    #: PATCH without If-Match answers 428 (Lenovo XCC: Ansible community.general
+    #: #56050; HPE iLO 5 "Using ETags"); a stale one 412 (RFC 7232).
+    if_match_required: bool = False
+    #: Where the ETag is given: "header", "body" (@odata.etag only: Lenovo XCC)
+    #: or "both".
+    etag_in: str = "header"
+    #: How pending BIOS settings apply: "job" (Dell: only by a config job on
+    #: Managers/iDRAC.Embedded.1/Jobs with TargetSettingsURI, or a PATCH with
+    #: @Redfish.SettingsApplyTime OnReset, then a reset -- Dell iDRAC Redfish
+    #: API Guide, "BIOS configuration"), or "reset" (DSP0266 Settings: HPE iLO,
+    #: Lenovo XCC, DMTF mockups apply the Settings object on the next reset).
+    bios_apply: str = "reset"
+    #: Boot on the system is read-only; changes go to the system's
+    #: @Redfish.Settings object and apply on reset (iDRAC10; sushy
+    #: system.py _get_settings_or_self).
+    boot_in_settings_object: bool = False
+    #: A POST without a body answers 415 (HPE iLO 5/6 EjectMedia; sushy
+    #: virtual_media.py retries it with {}).
+    empty_post_415: bool = False
+    #: Only these VirtualMedia Ids take an insert (iDRAC10: slot "1", Ironic
+    #: drivers/modules/drac/boot.py); None = any with an InsertMedia action.
+    insert_slots: Optional[Sequence[str]] = None
+    #: VirtualMedia without actions is changed by PATCH of Image/Inserted
+    #: (Lenovo XCC; sushy virtual_media.py _get_insert_media_uri).
+    media_patch: bool = False
+    #: The MessageId with which this BMC says "busy, try again" and its status.
+    busy: Tuple[int, str, str] = (503, "Base.1.8.ServiceTemporarilyUnavailable",
+                                  "The service is temporarily unavailable.")
+
+
+PROFILES = {
+    "dell-idrac9": Profile(
+        "dell-idrac9",
+        overlays=(
+            (DELL_SYSTEM, {"VirtualMedia": {"@odata.id": DELL_SYSTEM + "/VirtualMedia"}},
+             "iDRAC9 6.x+ lists VirtualMedia on the system (bmclib fixture "
+             "dell/system.embedded.1.virtualmedia.json)"),
+            (DELL_MANAGER, {"FirmwareVersion": "7.00.00.00", "Model": "15G Monolithic",
+                            "Manufacturer": "Dell Inc."},
+             "iDRAC9 firmware 7.x (Dell iDRAC9 release notes); the captured manager is 17G"),
+            (DELL_SYSTEM + "/Bios", {"Attributes": dict(DELL_HTTP_DEVICE, BootMode="Uefi")},
+             "Dell BIOS attribute registry HttpDev1*"),
+        ),
+        bios_apply="job",
+        busy=(400, "IDRAC.2.8.SYS518", "iDRAC is not ready. The configuration values "
+                                       "cannot be accessed. Retry the operation."),
+    ),
+    "dell-idrac10": Profile(
+        "dell-idrac10",
+        overlays=(
+            (DELL_SYSTEM, {"VirtualMedia": {"@odata.id": DELL_SYSTEM + "/VirtualMedia"}},
+             "iDRAC10 lists VirtualMedia on the system (Dell iDRAC10 Redfish API Guide)"),
+            (DELL_MANAGER, {"Manufacturer": "Dell Inc."}, "iDRAC10 manager (captured)"),
+            (DELL_SYSTEM + "/Bios", {"Attributes": dict(DELL_HTTP_DEVICE, BootMode="Uefi")},
+             "Dell BIOS attribute registry HttpDev1*"),
+        ),
+        bios_apply="job", boot_in_settings_object=True, insert_slots=("1",),
+        busy=(400, "IDRAC.2.8.SYS518", "iDRAC is not ready. The configuration values "
+                                       "cannot be accessed. Retry the operation."),
+    ),
+    "supermicro-x12": Profile(
+        "supermicro-x12", etag_in="both",
+        overlays=(
+            (SMC_MANAGER, {"Id": "1", "Manufacturer": "Supermicro", "Model": "X12",
+                           "VirtualMedia": {"@odata.id": SMC_MANAGER + "/VirtualMedia"}},
+             "Supermicro Redfish Reference Guide (X12): Managers/1"),
+            (SMC_MANAGER + "/VirtualMedia", {"Members": [
+                {"@odata.id": SMC_MANAGER + "/VirtualMedia/CD1"}]},
+             "Supermicro Redfish Reference Guide (X12): VirtualMedia collection"),
+            (SMC_MANAGER + "/VirtualMedia/CD1", {
+                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Image": None, "Inserted": False,
+                "Actions": {
+                    "#VirtualMedia.InsertMedia": {
+                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
+                                                "VirtualMedia.InsertMedia"},
+                    "#VirtualMedia.EjectMedia": {
+                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
+                                                "VirtualMedia.EjectMedia"}}},
+             "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
+             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json"),
+        )),
+    "lenovo-xcc": Profile("lenovo-xcc", if_match_required=True, etag_in="body",
+                          media_patch=True),
+    "dmtf-public-rackmount1": Profile("dmtf-public-rackmount1"),
+}
