@@ -34,7 +34,7 @@ def task_for(services, bmc, interface, machine_id="m1"):
                                    cmdline="console=ttyS0", properties={}))
             s.flush()
         s.add(models.Machine(id=machine_id, partition_id="p1", bmc_address=bmc.url,
-                             bmc_username="root", bmc_password=PASSWORD,
+                             bmc_username="root", bmc_password=services.password_key.seal(PASSWORD),
                              bmc_verify_tls=False, boot_interface=interface,
                              boot_mode="uefi", state="ready", properties={},
                              token_generation=1))
