@@ -627,15 +627,16 @@ class Harness:
             out.append(item)
         return out
 
-    def image_fetches(self, machine=None, since=None):
-        """Requests to the image server (kernel, initrd): time, client, path, status."""
+    def image_fetches(self, clients=None, since=None):
+        """Requests to the image server (kernel, initrd): time, client, path,
+        status; ``clients``: only from these addresses."""
         try:
             with open(self.image_log) as f:
                 lines = [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
             return []
         return [line for line in lines
-                if (machine is None or line["client"] == machine.slaac_address)
+                if (clients is None or line["client"] in clients)
                 and (since is None or line["time"] >= since)]
 
     def evidence_time(self, evidence_id):

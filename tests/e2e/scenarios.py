@@ -130,8 +130,12 @@ def check_chain(h, m, interface, start, rows, timeout=0):
         if found:
             stages.append((name, utc_epoch(found[0]["created_at"]) - start,
                            found[0]["client_address"]))
+    # The image server knows addresses, not machines: iPXE fetches the kernel
+    # from the address it fetched boot.ipxe from (SLAAC, or the firmware's
+    # DHCPv6 lease that iPXE took over).
+    clients = {m.slaac_address} | {e["client_address"] for e in mine if e["kind"] == "fetch"}
     for name in IMAGES:
-        found = [f for f in h.image_fetches(m, since=start)
+        found = [f for f in h.image_fetches(clients, since=start)
                  if f["path"] == f"/{name}" and f["status"] == 200]
         if found:
             stages.append((name, found[0]["time"] - start, found[0]["client"]))
