@@ -42,7 +42,7 @@ IMAGES = ["vmlinuz", "initrd.img"]
 REGISTERED_ON = "fake"
 CHAIN = ["redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot"]
 BROKEN = "e2e-http-url-404"
-BOOT_TIMEOUT = 360  # activation to the report: two boots of OVMF + kernel on a busy TCG
+BOOT_TIMEOUT = 600  # activation to the report: OVMF, iPXE and a kernel on a busy TCG host
 
 
 @dataclasses.dataclass
