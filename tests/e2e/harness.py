@@ -82,6 +82,9 @@ V6_PREFIX, V6_SERVER = "fd55::", "fd55::1"
 SERVER_PORT = 8080
 IMAGE_PORT = 8081  # the partition's image server: metal-hammer's kernel and initrd
 IMAGE_URL = f"http://[{V6_SERVER}]:{IMAGE_PORT}"
+TLS_PORT = 8443  # a TLS front of metalboot-server: the firmware's HTTPS boot URL
+TLS_URL = f"https://[{V6_SERVER}]:{TLS_PORT}"
+CA_OWNER = "e2e00000-0000-4000-8000-00000000ca01"  # owner GUID of the CA in the ESL
 BMC_PORT_BASE = 8100
 PUBLIC_URL = f"http://[{V6_SERVER}]:{SERVER_PORT}"
 ADMIN_TOKEN = "e2e-admin-token"
@@ -96,7 +99,8 @@ IPV6_ONLY_INTERFACES = [i for i in BOOT_INTERFACES if i != "pxe"]
 REQUIRED_TOOLS = {
     "ip": "iproute2", "qemu-system-x86_64": "qemu-system-x86", "radvd": "radvd",
     "dnsmasq": "dnsmasq-base", "kea-dhcp6": "kea-dhcp6-server",
-    "virt-fw-vars": "pip install virt-firmware", "mkfs.vfat": "dosfstools", "mcopy": "mtools",
+    "virt-fw-vars": "pip install virt-firmware",
+    "virt-fw-sigdb": "pip install virt-firmware", "mkfs.vfat": "dosfstools", "mcopy": "mtools",
     "apt-get": "apt", "dpkg-deb": "dpkg",
 }
 
@@ -197,6 +201,7 @@ class Machine:
         self.tap = f"tap{index}"
         self.ipv4_address = f"{V4_NET}.{11 + index}"
         self.ipv6_only = harness.ipv6_only
+        self.cacerts = harness.cacerts  # the test CA as an EFI signature list, for fw_cfg
         self.workdir = os.path.join(harness.workdir, self.name)
         self.bmc_port = BMC_PORT_BASE + index
         self.bmc_local_url = None  # through the forwarder, for the test process (debugging)
@@ -217,7 +222,7 @@ class Machine:
     def spec(self):
         return {"mac": self.mac, "tap": self.tap, "workdir": self.workdir,
                 "ovmf_code": OVMF_CODE, "ovmf_vars": OVMF_VARS, "memory": 768,
-                "ipv6_only": self.ipv6_only}
+                "ipv6_only": self.ipv6_only, "cacerts": self.cacerts}
 
     def boots(self):
         """The BMC's record of each QEMU start (time, override, NVRAM edits)."""
@@ -251,6 +256,9 @@ class Harness:
         self.count = machines
         self.ipv6_only = ipv6_only
         self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
+        # HTTPS boot for redfish-http-url on the IPv6-only network
+        self.https = ipv6_only
+        self.cacerts = None
         self.run_number = int.from_bytes(os.urandom(2), "big")
         self.netns = f"mbe2e{os.getpid() % 100000}x{self.run_number:04x}"
         self._own_workdir = workdir is None
@@ -262,6 +270,9 @@ class Harness:
                                              file=sys.stderr, flush=True))
         self.procs = []
         self.netns_made = False
+        if self.https:
+            self.tls_dir = os.path.join(self.workdir, "tls")
+            self.cacerts = os.path.join(self.tls_dir, "cacerts.esl")
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
@@ -296,6 +307,8 @@ class Harness:
             self._dnsmasq()
         self._kea()
         self._image_server()
+        if self.https:
+            self._tls_front()
         self._metalboot_server()
         self._bmcs()
         self._forwarder()
@@ -423,6 +436,28 @@ class Harness:
                                      self.metal_hammer_dir, V6_SERVER, str(IMAGE_PORT),
                                      self.image_log])
 
+    def _tls_front(self):
+        """A CA of this run, a server certificate for fd55::1 signed by it, the
+        CA as an EFI signature list for OVMF's fw_cfg ``etc/edk2/https/cacerts``,
+        and the TLS front with it."""
+        make_test_ca(self.tls_dir, V6_SERVER)
+        sh("virt-fw-sigdb", "--add-cert", CA_OWNER, os.path.join(self.tls_dir, "ca.pem"),
+           "-o", self.cacerts)
+        self.tls_log = os.path.join(self.workdir, "tls-front.jsonl")
+        self._spawn("tls-front", [sys.executable, os.path.join(HERE, "tls_front.py"),
+                                  os.path.join(self.tls_dir, "server.pem"),
+                                  os.path.join(self.tls_dir, "server.key"), V6_SERVER,
+                                  str(TLS_PORT), V6_SERVER, str(SERVER_PORT), self.tls_log])
+
+    def tls_connections(self, since=None):
+        """Connections the TLS front accepted: time, client, TLS version (or error)."""
+        try:
+            with open(self.tls_log) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+        except (AttributeError, FileNotFoundError):
+            return []
+        return [c for c in lines if since is None or c["time"] >= since]
+
     def _metalboot_server(self):
         os.makedirs(self.state_dir, exist_ok=True)
         conf = os.path.join(self.workdir, "metalboot.conf")
@@ -439,6 +474,8 @@ class Harness:
                     opts=self.dnsmasq_dirs["opts"], dnsmasq_pid=self.dnsmasq_pid_file))
             else:
                 f.write("ipv4_backend =\n")  # still [dhcp_httpboot]: no DHCPv4 answers
+            if self.https:
+                f.write(f"\n[redfish]\nhttp_boot_base_url = {TLS_URL}\n")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -505,6 +542,8 @@ class Harness:
                    "image-server": lambda: "serving" in self._proc("image-server").log()}
         if not self.ipv6_only:
             waiting["dnsmasq"] = lambda: os.path.exists(self.dnsmasq_pid_file)
+        if self.https:
+            waiting["tls-front"] = lambda: "TLS front" in self._proc("tls-front").log()
         waiting.update({f"bmc-{m.name}": http(m.bmc_local_url + "/redfish/v1/")
                         for m in self.machines})
         deadline = time.monotonic() + timeout
@@ -659,6 +698,48 @@ class Harness:
                                    f"{timeout} s\n--- serial console (tail) ---\n"
                                    + "\n".join(machine.serial().splitlines()[-40:]))
             time.sleep(0.2)
+
+
+def make_test_ca(directory, address):
+    """ca.pem, server.pem, server.key in ``directory``: a CA made for this run and
+    a certificate for ``address`` (an IP SAN, as the firmware checks) signed by it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    os.makedirs(directory, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "metalboot e2e test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
+                                       False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(address))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    with open(os.path.join(directory, "ca.pem"), "wb") as f:
+        f.write(ca.public_bytes(pem))
+    with open(os.path.join(directory, "server.pem"), "wb") as f:
+        f.write(cert.public_bytes(pem))
+    with open(os.path.join(directory, "server.key"), "wb") as f:
+        f.write(key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                  serialization.NoEncryption()))
 
 
 RADVD_CONF = """\

@@ -232,6 +232,8 @@ class QemuMachine:
             "-chardev", f"file,id=ser0,path={serial},append=on", "-serial", "chardev:ser0",
             "-pidfile", self.pid_file,
         ]
+        if spec.get("cacerts"):  # the CAs OVMF's HTTPS boot trusts (EFI signature list)
+            qemu += ["-fw_cfg", f"name=etc/edk2/https/cacerts,file={spec['cacerts']}"]
         log = open(os.path.join(self.workdir, "qemu.log"), "ab")
         self.proc = subprocess.Popen(qemu, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)

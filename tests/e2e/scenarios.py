@@ -105,7 +105,28 @@ def migrate(h, target, step, boot_timeout=BOOT_TIMEOUT, expect="done", timeout=9
                 raise ScenarioFailed(f"{step}: {m.name} done on {ev['kind']} {ev['path']}, "
                                      f"not on its boot report", rows, h, m)
             rows[-1].chain = chain_text(check_chain(h, m, target, start, rows))
+    if expect == "done" and target == "redfish-http-url" and h.https:
+        check_https(h, t0, rows)
     return per, rows
+
+
+def check_https(h, since, rows):
+    """The firmware of each machine fetched its HttpBootUri over HTTPS: the BMC
+    set an https:// URI and the TLS front accepted a connection from each."""
+    for m in h.machines:
+        boot = [b for b in m.boots() if b["time"] >= since][0]
+        if not (boot["boot_uri"] or "").startswith("https://"):
+            raise ScenarioFailed(f"{m.name}: HttpBootUri is {boot['boot_uri']}, not https",
+                                 rows, h, m)
+    accepted = [c for c in h.tls_connections(since) if "tls" in c]
+    refused = [c for c in h.tls_connections(since) if "error" in c]
+    clients = {c["client"] for c in accepted}
+    if len(clients) < len(h.machines) or refused:
+        raise ScenarioFailed(f"TLS front: connections from {sorted(clients)}, refused "
+                             f"{refused}; expected one per machine's firmware", rows, h)
+    for row in rows[-len(h.machines):]:
+        row.note = (f"HttpBootUri https://, TLS front: {accepted[0]['tls']} from "
+                    f"{len(clients)} firmware client(s)")
 
 
 def check_chain(h, m, interface, start, rows, timeout=0):

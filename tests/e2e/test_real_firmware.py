@@ -33,7 +33,8 @@ def test_pxe_smoke(boot_network, e2e_report):
 def test_migration_chain_and_rollback(boot_network, e2e_report):
     """Two machines on an IPv6-only boot network (radvd SLAAC, Kea DHCPv6; no DHCPv4
     server, no IPv4 address) migrate to redfish-virtual-media-ipxe,
-    redfish-http-url and dhcp-httpboot, each migration done only on the boot
+    redfish-http-url (over HTTPS: a CA made by the test, enrolled into OVMF
+    through fw_cfg) and dhcp-httpboot, each migration done only on the boot
     report of the kernel it booted (require_boot_report) and each boot shown
     stage by stage, all from IPv6 addresses; then a migration to a path whose
     artifact answers 404 rolls back and the machines boot through dhcp-httpboot
@@ -56,6 +57,8 @@ def test_migration_chain_and_rollback(boot_network, e2e_report):
         assert all(r.evidence.startswith("report from fd55:") for r in done)
         assert [[s.split()[0] for s in r.chain.split(" > ")] for r in done] == [
             scenarios.FETCHES[target] + scenarios.IMAGES + ["report"]] * 2
+    assert all(r.note.startswith("HttpBootUri https://, TLS front: TLSv1.")
+               for r in by_step["migrate to redfish-http-url"])
     assert [r.outcome for r in by_step["migrate to e2e-http-url-404"]] == [
         "rolled_back", "rolled_back"]
     again = by_step["after rollback"]
