@@ -27,9 +27,9 @@ def boot_network(tmp_path):
         pytest.fail("missing for the e2e tests: " + ", ".join(missing))
     made = []
 
-    def make(machines=1, ipv6_only=False):
+    def make(machines=1, **options):
         harness = Harness(machines=machines, workdir=str(tmp_path / f"net{len(made)}"),
-                          ipv6_only=ipv6_only)
+                          **options)
         made.append(harness)
         harness.start()
         return harness

@@ -252,12 +252,13 @@ class Harness:
     """The boot network, its servers, metalboot-server and N machines with BMCs."""
 
     def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None,
-                 ipv6_only=False):
+                 ipv6_only=False, trusted_ca=True):
         self.count = machines
         self.ipv6_only = ipv6_only
         self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
         # HTTPS boot for redfish-http-url on the IPv6-only network
         self.https = ipv6_only
+        self.trusted_ca = trusted_ca  # False: OVMF gets a CA that did not sign the server's
         self.cacerts = None
         self.run_number = int.from_bytes(os.urandom(2), "big")
         self.netns = f"mbe2e{os.getpid() % 100000}x{self.run_number:04x}"
@@ -441,7 +442,11 @@ class Harness:
         CA as an EFI signature list for OVMF's fw_cfg ``etc/edk2/https/cacerts``,
         and the TLS front with it."""
         make_test_ca(self.tls_dir, V6_SERVER)
-        sh("virt-fw-sigdb", "--add-cert", CA_OWNER, os.path.join(self.tls_dir, "ca.pem"),
+        enrolled = self.tls_dir
+        if not self.trusted_ca:
+            enrolled = os.path.join(self.tls_dir, "other")
+            make_test_ca(enrolled, V6_SERVER)
+        sh("virt-fw-sigdb", "--add-cert", CA_OWNER, os.path.join(enrolled, "ca.pem"),
            "-o", self.cacerts)
         self.tls_log = os.path.join(self.workdir, "tls-front.jsonl")
         self._spawn("tls-front", [sys.executable, os.path.join(HERE, "tls_front.py"),

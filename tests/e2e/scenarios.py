@@ -332,3 +332,36 @@ def _serial_since(m, since):
         if keep:
             out.append(line)
     return "\n".join(out)
+
+
+def https_untrusted(h, timeout=BOOT_TIMEOUT):
+    """OVMF enrolled with a CA that did not sign the server's certificate: the
+    firmware's HTTPS fetch of its HttpBootUri must fail in the TLS handshake.
+    Returns (the TLS front's record of the attempt, the firmware's console
+    lines about it); the migration is cancelled afterwards."""
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate("redfish-http-url", boot_timeout=timeout, require_boot_report=True)
+    m = h.machines[0]
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            attempts = h.tls_connections(t0)
+            console = [line.strip() for line in _serial_since(m, t0).splitlines()
+                       if "Error:" in line]
+            if attempts and console:
+                break
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"{m.name}: no HTTPS attempt by the firmware within "
+                                     f"{timeout} s", [], h, m)
+            time.sleep(1)
+    finally:
+        h.api("POST", f"/v1/migrations/{created['id']}/cancel")
+    evidence = [e for e in h.evidence(m, since=t0) if e["interface"] == "redfish-http-url"]
+    row = Row("https with an untrusted CA", "redfish-http-url", m.name,
+              "refused" if not evidence else "fetched", None,
+              round(attempts[0]["time"] - _first_start(m, t0), 1),
+              f"TLS front: {attempts[0].get('error') or attempts[0].get('tls')}",
+              "; ".join(dict.fromkeys(console)))
+    return row, attempts, console, evidence
+

@@ -64,3 +64,16 @@ def test_migration_chain_and_rollback(boot_network, e2e_report):
     again = by_step["after rollback"]
     assert [r.outcome for r in again] == ["booted again", "booted again"]
     assert all(r.chain.split(" > ")[-1].startswith("report") for r in again)
+
+
+def test_https_boot_needs_the_enrolled_ca(boot_network, e2e_report):
+    """The same HTTPS boot with a CA in OVMF that did not sign the server's
+    certificate: the firmware itself breaks off the TLS handshake and reports
+    that it could not get the file; nothing is fetched, no evidence."""
+    h = boot_network(machines=1, ipv6_only=True, trusted_ca=False)
+    row, attempts, console, evidence = scenarios.https_untrusted(h)
+    e2e_report([row])
+    assert evidence == []
+    assert attempts and all("tls" not in a for a in attempts), attempts
+    assert "Error: Could not retrieve NBP file size from HTTP server." in console, console
+
