@@ -567,6 +567,14 @@ class Harness:
                 raise HarnessError(f"not ready after {timeout} s: {', '.join(waiting)}")
             time.sleep(0.1)
 
+    def ipv4_on_the_boot_network(self):
+        """What of IPv4 the machines' side offers: IPv4 addresses on the bridge
+        and sockets bound to the DHCPv4 server port (67) in the namespace."""
+        addresses = self.in_ns("ip", "-4", "-o", "addr", "show", "dev", "br0").stdout.split()
+        listeners = self.in_ns("ss", "-H", "-uln", "sport = :67").stdout.strip()
+        return [a for a in addresses if "." in a and "/" in a] + (
+            [f"udp/67: {listeners}"] if listeners else [])
+
     def _proc(self, name):
         return next(p for p in self.procs if p.name == name)
 

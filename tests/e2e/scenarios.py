@@ -252,6 +252,9 @@ def migration_chain(h, broken_timeout=60):
     """On the IPv6-only network: registered on fake, then -> virtual media -> HTTP
     URL -> DHCP HTTP boot, each done on the machine's boot report, -> broken (404)
     and back: the rollback boots the machines through dhcp-httpboot to the report."""
+    v4 = h.ipv4_on_the_boot_network()
+    if h.ipv6_only and v4:
+        raise ScenarioFailed(f"the IPv6-only boot network offers IPv4: {v4}", [], h)
     h.register(REGISTERED_ON)
     rows = []
     for target in CHAIN:
