@@ -95,6 +95,8 @@ def create(services, body):
     target = body["boot_interface"]
     services.interfaces.require(target)
     options = {k: body[k] for k in ("max_parallel", "max_failures", "canary", "dry_run")}
+    if body.get("require_boot_report"):
+        options["require_boot_report"] = True
     options["boot_timeout"] = body.get("boot_timeout") or \
         services.conf.conductor.default_boot_timeout
     migration_id = str(uuid.uuid4())

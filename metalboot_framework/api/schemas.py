@@ -644,6 +644,10 @@ class MigrationCreateSchema(StrictSchema):
                        "[conductor] default_boot_timeout."})
     dry_run = JsonBoolean(load_default=False, metadata={
         "description": "Validate every selected machine against the target; change nothing."})
+    require_boot_report = JsonBoolean(load_default=False, metadata={
+        "description": "A machine is done only when the system it booted posted its boot "
+                       "report through the target (POST /v1/machines/{id}/boot-report), "
+                       "not already when the firmware or iPXE fetched its first artifact."})
 
 
 class MaxFailuresOutSchema(Schema):

@@ -78,13 +78,16 @@ def selector_options(f):
             click.option("--canary", type=click.IntRange(min=0),
                          help="The first N machines must all succeed before the rest start."),
             click.option("--boot-timeout", type=click.IntRange(min=1), metavar="SECONDS",
-                         help="Seconds from activation to boot evidence."))):
+                         help="Seconds from activation to boot evidence."),
+            click.option("--require-boot-report", is_flag=True, default=None,
+                         help="Done only on the booted system's boot report, not on the "
+                              "firmware's first fetch."))):
         f = option(f)
     return f
 
 
 def _create_body(target, machines, partition, source, max_parallel, max_failures, canary,
-                 boot_timeout, dry_run):
+                 boot_timeout, dry_run, require_boot_report=None):
     ids = [m.strip() for item in machines for m in item.split(",") if m.strip()]
     if bool(ids) == bool(partition):
         raise click.UsageError("give either --machine (one or more) or --partition")
@@ -103,6 +106,8 @@ def _create_body(target, machines, partition, source, max_parallel, max_failures
         body["canary"] = canary
     if boot_timeout is not None:
         body["boot_timeout"] = boot_timeout
+    if require_boot_report:
+        body["require_boot_report"] = True
     return body
 
 

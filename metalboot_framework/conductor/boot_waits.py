@@ -46,6 +46,7 @@ class _Waiting:
     machine_id: str
     target_boot_interface: str
     activated_at: object
+    options: dict  # the migration's (require_boot_report)
     future: object  # on the step loop: the evidence, or None when woken
 
 
@@ -69,6 +70,7 @@ class BootWaits:
         ``(new state, reason, error, evidence id)`` of the transition that ends
         the wait, or None when woken (see :meth:`wake`)."""
         waiting = _Waiting(job.migration_id, job.machine_id, job.target, job.activated_at,
+                           job.options,
                            asyncio.get_running_loop().create_future())
         with self._lock:
             self._waiting[job.machine_id] = waiting

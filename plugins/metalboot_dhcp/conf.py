@@ -32,9 +32,17 @@ httpboot_opts = [
                     "in option 59/67); the plugin serves [dhcp_httpboot] "
                     "ipxe_efi_path under it."),
     cfg.StrOpt("ipxe_efi_path", default="/usr/lib/ipxe/ipxe.efi",
-               help="The iPXE EFI binary served as boot_artifact. iPXE then asks "
-                    "DHCP again, as user class iPXE, and gets the machine's "
-                    "boot.ipxe URL (DHCPv4)."),
+               help="The iPXE EFI binary served as boot_artifact. An iPXE that "
+                    "runs autoexec.ipxe from where it was loaded (Debian trixie's "
+                    "build or newer) fetches the machine's autoexec.ipxe next to "
+                    "it, which configures the NIC (ipxe_configurators) and chains "
+                    "boot.ipxe: no second DHCP. An older iPXE asks DHCP again, as "
+                    "user class iPXE, and gets the machine's boot.ipxe URL "
+                    "(DHCPv4 only)."),
+    cfg.ListOpt("ipxe_configurators", default=["ipv6", "dhcp"],
+                help="iPXE ifconf configurators that autoexec.ipxe tries, in order, "
+                     "on each network interface before chaining boot.ipxe (ipv6 = "
+                     "SLAAC; dhcp = DHCPv4 and DHCPv6)."),
     cfg.BoolOpt("use_bmc", default=True,
                 help="activate sets the BMC boot override to UefiHttp (no URI: the "
                      "firmware takes the URL from DHCP) and resets the machine when "

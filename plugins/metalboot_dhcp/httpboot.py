@@ -10,9 +10,15 @@ vendor class ``HTTPClient`` option 60 ``HTTPClient`` + option 67 = the same
 URL; to iPXE the machine's boot.ipxe URL.
 
 The boot artifact (``[dhcp_httpboot] boot_artifact``, default ``ipxe.efi``) is
-served per machine by :meth:`get_artifact` from ``ipxe_efi_path``; iPXE then
-DHCPs again as user class iPXE and chains boot.ipxe. A fetch of either
-artifact under this interface's URLs is evidence. activate sets the BMC boot
+served per machine by :meth:`get_artifact` from ``ipxe_efi_path``. iPXE
+(trixie's build or newer) first fetches ``autoexec.ipxe`` from the directory
+it was loaded from: the machine's own, so :meth:`get_artifact` answers it with
+a script that configures the NIC (SLAAC first) and chains the machine's
+boot.ipxe. That second stage needs no DHCP at all, so it works on an IPv6-only
+boot network where Kea 2.2 could not tell iPXE from the firmware (a
+reservation's options go to every packet of the host). An older iPXE DHCPs
+again as user class iPXE and gets the boot.ipxe URL over DHCPv4. A fetch of
+ipxe.efi or boot.ipxe under this interface's URLs is evidence. activate sets the BMC boot
 override ``UefiHttp`` without a URI and resets the machine.
 """
 
@@ -22,6 +28,9 @@ from metalboot_framework.boot_interface import Artifact, Capability, Property
 from metalboot_framework.dhcp import DhcpOption, HostEntry, Match
 from metalboot_framework.exceptions import ValidationFailed
 from metalboot_dhcp.base import DhcpBootInterface
+
+#: What iPXE fetches from the directory it was loaded from before anything else.
+AUTOEXEC = "autoexec.ipxe"
 
 #: DHCPv6 option 16 payload: enterprise 343, one vendor-class item "HTTPClient".
 HTTP_CLIENT_VENDOR_CLASS = "00000157000A48545450436C69656E74"
@@ -99,6 +108,29 @@ class DhcpHttpBootInterface(DhcpBootInterface):
 
     def get_artifact(self, task, name):
         opts = self.options(task)
+        if name == AUTOEXEC:
+            return Artifact(content_type="text/plain",
+                            content=autoexec_script(task, opts.ipxe_configurators).encode())
         if name != opts.boot_artifact:
             return None
         return Artifact(content_type="application/efi", path=opts.ipxe_efi_path)
+
+
+def autoexec_script(task, configurators):
+    """iPXE's second stage without DHCP: each NIC in turn, each configurator in
+    turn, until one chains the machine's boot.ipxe."""
+    url = task.artifact_url("boot.ipxe")
+    tries = "".join(f"ifconf -c {c} net${{idx}} && chain {url} ||\n" for c in configurators)
+    return ("#!ipxe\n"
+            f"# metalboot dhcp-httpboot: machine {task.machine.id}\n"
+            "set idx:int32 0\n"
+            ":next\n"
+            "isset ${net${idx}/mac} || goto failed\n"
+            f"{tries}"
+            "inc idx\n"
+            "goto next\n"
+            ":failed\n"
+            "echo metalboot: no network interface could fetch its boot.ipxe, "
+            "rebooting in 60 s\n"
+            "sleep 60\n"
+            "reboot\n")

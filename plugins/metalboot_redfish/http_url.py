@@ -16,6 +16,10 @@ partition's iPXE ISO. UEFI HTTP boot mounts an ISO as a RAM disk and starts its
 then chain boot.ipxe looked up by MAC. The per-machine fetch of ``ipxe.iso``
 is the evidence; the ISO's content is shared by the partition and cached.
 
+``[redfish] http_boot_base_url`` replaces ``[api] public_url`` in that URL,
+e.g. with the ``https://`` URL of a TLS front of the boot server: the firmware
+then boots over HTTPS, iPXE and the booted system keep ``public_url``.
+
 With ``[redfish] http_boot_artifact = efi`` the URL is the machine's
 ``ipxe.efi`` instead (for firmware that cannot boot ISOs; iPXE then needs DHCP
 to find its script).
@@ -53,11 +57,20 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         return ARTIFACTS[redfish_conf.get(conf).http_boot_artifact]
 
     def expected_uri(self, task):
-        return task.artifact_url(self.artifact_name(task.conf))
+        uri = task.artifact_url(self.artifact_name(task.conf))
+        base = redfish_conf.get(task.conf).http_boot_base_url.rstrip("/")
+        if base:  # the same path behind another front, e.g. TLS for the firmware
+            uri = base + uri[len(task.services.public_url):]
+        return uri
 
     def validate(self, task):
         self.check_machine(task)
         self.check_ipxe_binary(task)
+        base = redfish_conf.get(task.conf).http_boot_base_url
+        if base and not base.startswith(("http://", "https://")):
+            raise ValidationFailed(
+                f"[redfish] http_boot_base_url: {base} is not an http:// or https:// URL",
+                fields={"[redfish] http_boot_base_url": ["must be an http(s) URL"]})
         client = self.client(task)
         state = client.boot_state()
         fields = self.check_boot_mode(state)

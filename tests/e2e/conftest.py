@@ -6,7 +6,9 @@ default run excludes the marker). They need root, the Debian packages
 kea-dhcp6-server, dosfstools, mtools) and ``virt-firmware`` from PyPI; a
 missing one is a failure, not a skip, since nobody selects them by accident.
 Debian trixie's iPXE is fetched once by ``fetch_trixie_ipxe.sh``
-(``METALBOOT_E2E_IPXE_DIR`` points at an unpacked copy instead).
+(``METALBOOT_E2E_IPXE_DIR`` points at an unpacked copy instead), the test
+metal-hammer (Debian kernel + busybox-static) is built once by
+``metal_hammer.py`` (``METALBOOT_E2E_METAL_HAMMER_DIR`` instead).
 """
 
 import pytest
@@ -25,8 +27,9 @@ def boot_network(tmp_path):
         pytest.fail("missing for the e2e tests: " + ", ".join(missing))
     made = []
 
-    def make(machines=1):
-        harness = Harness(machines=machines, workdir=str(tmp_path / f"net{len(made)}"))
+    def make(machines=1, **options):
+        harness = Harness(machines=machines, workdir=str(tmp_path / f"net{len(made)}"),
+                          **options)
         made.append(harness)
         harness.start()
         return harness
@@ -49,7 +52,7 @@ def e2e_report(request):
 def pytest_terminal_summary(terminalreporter):
     if not _TABLES:
         return
-    terminalreporter.section("e2e: seconds from reset to the machine's own fetch")
+    terminalreporter.section("e2e: seconds from reset to each stage of the boot")
     for nodeid, table in _TABLES:
         terminalreporter.write_line(nodeid)
         for line in table.splitlines():

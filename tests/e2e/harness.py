@@ -1,21 +1,29 @@
-"""The e2e harness: real UEFI firmware booting through metalboot's boot interfaces.
+"""The e2e harness: real UEFI firmware booting a real kernel through metalboot's boot interfaces.
 
 One :class:`Harness` builds, in a network namespace of its own (unique name,
 removed on close even when a step failed)::
 
     netns mbe2e<id>
-      br0  10.55.0.1/24  fd55::1/64   (the boot network; a veth end keeps its carrier up)
+      br0  fd55::1/64 (+ 10.55.0.1/24 unless ipv6_only; a veth end keeps its carrier up)
        |- tap0 .. tapN-1  <- qemu-system-x86_64 -accel tcg, OVMF, virtio-net romfile=
        |                     (one per machine, started and reset by its BMC below)
       radvd        SLAAC prefix fd55::/64, RDNSS fd55::1
-      dnsmasq      DHCPv4 + TFTP (trixie snponly.efi), the operator snippet of
-                   doc/boot-interfaces/dhcp.rst; metalboot writes --dhcp-hostsdir/optsdir
-      kea-dhcp6    the operator snippet of doc/boot-interfaces/dhcp.rst; metalboot
-                   writes the included reservations and reloads over the control socket
+      dnsmasq      (not with ipv6_only) DHCPv4 + TFTP (trixie snponly.efi), the
+                   operator snippet of doc/boot-interfaces/dhcp.rst; metalboot
+                   writes --dhcp-hostsdir/optsdir
+      kea-dhcp6    the operator snippet of doc/boot-interfaces/dhcp.rst (a pool
+                   for the firmware's address); metalboot writes the included
+                   reservations and reloads over the control socket
+      image server [fd55::1]:8081, the partition's kernel_url/initrd_url: the
+                   test metal-hammer (metal_hammer.py), every request logged
       metalboot-server  [fd55::1]:8080 (API, artifacts, conductor), public_url
                    http://[fd55::1]:8080
       qemu_bmc.py  one Redfish BMC per machine on 127.0.0.1:81NN *of the namespace*:
                    sushy-emulator (fake driver) linked to the machine's QEMU process
+
+``ipv6_only=True`` is the boot network of the layer-3 paths: no DHCPv4 server,
+no IPv4 address on the bridge, NICs registered without ``ipv4_address``, ``pxe``
+not enabled. Without it the network is dual-stack, for the legacy ``pxe`` path.
 
 The test process reaches the server and the BMCs through ``netns_forward.py``
 (127.0.0.1 of the host to addresses inside the namespace); no link joins the
@@ -29,23 +37,20 @@ What is real and what is not:
 
 * real: OVMF (Debian 12) with its own PXE/HTTP boot stack, trixie's iPXE,
   dnsmasq, Kea, radvd, metalboot-server and its plugins and DHCP backends,
-  Redfish over HTTP with sushy on metalboot's side.
+  metalboot's own ``boot.ipxe``, a Debian kernel with a busybox initramfs that
+  posts the boot report, Redfish over HTTP with sushy on metalboot's side.
 * the BMC is a harness (``qemu_bmc.py``): power changes are immediate, and
-  ``HttpBootUri`` becomes a URI boot entry in NVRAM (``virt-fw-vars
-  --set-boot-uri``), the firmware-side equivalent of what a BMC does.
-* OVMF sends its HTTP-boot DHCPv6 Solicit only after an HTTPv4 attempt in the
-  same boot, so the BMC orders HTTPv4 before HTTPv6 for ``UefiHttp``. The NICs
-  carry an ``ipv4_address`` and ``[dhcp] ipv4_dns_servers`` is set, so that
-  dnsmasq's offer (option 60 + 67 with the IPv6 URL + 6) is one OVMF takes: the
-  HTTPv4 attempt then fails within seconds; without an acceptable offer it
-  waits about 60 s first. The same DHCPv4 entries give iPXE (from ``ipxe.efi``)
-  its ``boot.ipxe`` URL; an IPv6-only second stage is not covered.
-* ``boot.ipxe`` is the harness's template (``templates/``): it powers the
-  machine off instead of booting metal-hammer.
+  ``HttpBootUri`` becomes a URI boot entry in NVRAM, the firmware-side
+  equivalent of what a BMC does.
+* OVMF sends its HTTP-boot DHCPv6 Solicit only after another network boot
+  attempt in the same boot, so for ``UefiHttp`` the BMC orders PXEv6 (IPv6
+  only; Kea gives an address, no boot file: ~15 s) or HTTPv4 (dual-stack;
+  dnsmasq's offer fails fast) before the HTTPv6 entry.
 """
 
 import contextlib
 import datetime
+import ipaddress
 import json
 import os
 import re
@@ -62,10 +67,11 @@ import uuid
 import bcrypt
 import requests
 
+from tests.e2e import metal_hammer
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PLUGIN_DIR = os.path.join(HERE, "plugin")
-TEMPLATE_DIR = os.path.join(HERE, "templates")
 FETCH_IPXE = os.path.join(HERE, "fetch_trixie_ipxe.sh")
 
 OVMF_CODE = os.environ.get("METALBOOT_E2E_OVMF_CODE", "/usr/share/OVMF/OVMF_CODE_4M.fd")
@@ -74,6 +80,11 @@ OVMF_VARS = os.environ.get("METALBOOT_E2E_OVMF_VARS", "/usr/share/OVMF/OVMF_VARS
 V4_NET, V4_SERVER = "10.55.0", "10.55.0.1"
 V6_PREFIX, V6_SERVER = "fd55::", "fd55::1"
 SERVER_PORT = 8080
+IMAGE_PORT = 8081  # the partition's image server: metal-hammer's kernel and initrd
+IMAGE_URL = f"http://[{V6_SERVER}]:{IMAGE_PORT}"
+TLS_PORT = 8443  # a TLS front of metalboot-server: the firmware's HTTPS boot URL
+TLS_URL = f"https://[{V6_SERVER}]:{TLS_PORT}"
+CA_OWNER = "e2e00000-0000-4000-8000-00000000ca01"  # owner GUID of the CA in the ESL
 BMC_PORT_BASE = 8100
 PUBLIC_URL = f"http://[{V6_SERVER}]:{SERVER_PORT}"
 ADMIN_TOKEN = "e2e-admin-token"
@@ -82,11 +93,14 @@ PARTITION = "e2e"
 
 BOOT_INTERFACES = ["fake", "pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot",
                    "e2e-http-url-404"]
+#: On an IPv6-only boot network (no DHCPv4, no IPv4 address): the layer-3 paths.
+IPV6_ONLY_INTERFACES = [i for i in BOOT_INTERFACES if i != "pxe"]
 
 REQUIRED_TOOLS = {
     "ip": "iproute2", "qemu-system-x86_64": "qemu-system-x86", "radvd": "radvd",
     "dnsmasq": "dnsmasq-base", "kea-dhcp6": "kea-dhcp6-server",
-    "virt-fw-vars": "pip install virt-firmware", "mkfs.vfat": "dosfstools", "mcopy": "mtools",
+    "virt-fw-vars": "pip install virt-firmware",
+    "virt-fw-sigdb": "pip install virt-firmware", "mkfs.vfat": "dosfstools", "mcopy": "mtools",
     "apt-get": "apt", "dpkg-deb": "dpkg",
 }
 
@@ -186,6 +200,8 @@ class Machine:
         self.mac = f"52:54:00:e2:e0:{index + 1:02x}"
         self.tap = f"tap{index}"
         self.ipv4_address = f"{V4_NET}.{11 + index}"
+        self.ipv6_only = harness.ipv6_only
+        self.cacerts = harness.cacerts  # the test CA as an EFI signature list, for fw_cfg
         self.workdir = os.path.join(harness.workdir, self.name)
         self.bmc_port = BMC_PORT_BASE + index
         self.bmc_local_url = None  # through the forwarder, for the test process (debugging)
@@ -195,9 +211,18 @@ class Machine:
     def bmc_address(self):  # as metalboot (inside the namespace) reaches it
         return f"http://127.0.0.1:{self.bmc_port}"
 
+    @property
+    def slaac_address(self):
+        """The SLAAC (EUI-64) address iPXE and the kernel take from radvd's prefix."""
+        octets = [int(b, 16) for b in self.mac.split(":")]
+        eui = [octets[0] ^ 2] + octets[1:3] + [0xFF, 0xFE] + octets[3:]
+        return str(ipaddress.IPv6Address(ipaddress.IPv6Address(V6_PREFIX).packed[:8]
+                                         + bytes(eui)))
+
     def spec(self):
         return {"mac": self.mac, "tap": self.tap, "workdir": self.workdir,
-                "ovmf_code": OVMF_CODE, "ovmf_vars": OVMF_VARS, "memory": 768}
+                "ovmf_code": OVMF_CODE, "ovmf_vars": OVMF_VARS, "memory": 768,
+                "ipv6_only": self.ipv6_only, "cacerts": self.cacerts}
 
     def boots(self):
         """The BMC's record of each QEMU start (time, override, NVRAM edits)."""
@@ -226,8 +251,15 @@ class Machine:
 class Harness:
     """The boot network, its servers, metalboot-server and N machines with BMCs."""
 
-    def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None):
+    def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None,
+                 ipv6_only=False, trusted_ca=True):
         self.count = machines
+        self.ipv6_only = ipv6_only
+        self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
+        # HTTPS boot for redfish-http-url on the IPv6-only network
+        self.https = ipv6_only
+        self.trusted_ca = trusted_ca  # False: OVMF gets a CA that did not sign the server's
+        self.cacerts = None
         self.run_number = int.from_bytes(os.urandom(2), "big")
         self.netns = f"mbe2e{os.getpid() % 100000}x{self.run_number:04x}"
         self._own_workdir = workdir is None
@@ -239,6 +271,9 @@ class Harness:
                                              file=sys.stderr, flush=True))
         self.procs = []
         self.netns_made = False
+        if self.https:
+            self.tls_dir = os.path.join(self.workdir, "tls")
+            self.cacerts = os.path.join(self.tls_dir, "cacerts.esl")
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
@@ -266,10 +301,15 @@ class Harness:
         for binary in ("ipxe.efi", "snponly.efi"):
             if not os.path.isfile(os.path.join(self.ipxe_dir, binary)):
                 raise HarnessError(f"{self.ipxe_dir} has no {binary}")
+        self.metal_hammer_dir = metal_hammer.build()
         self._network()
         self._radvd()
-        self._dnsmasq()
+        if not self.ipv6_only:
+            self._dnsmasq()
         self._kea()
+        self._image_server()
+        if self.https:
+            self._tls_front()
         self._metalboot_server()
         self._bmcs()
         self._forwarder()
@@ -347,7 +387,8 @@ class Harness:
         ns("ip", "link", "set", "vd0", "up")
         ns("ip", "link", "set", "vd1", "up")
         ns("ip", "link", "set", "br0", "up")
-        ns("ip", "addr", "add", f"{V4_SERVER}/24", "dev", "br0")
+        if not self.ipv6_only:
+            ns("ip", "addr", "add", f"{V4_SERVER}/24", "dev", "br0")
         ns("ip", "addr", "add", f"{V6_SERVER}/64", "dev", "br0", "nodad")
         deadline = time.monotonic() + 10
         while "fe80" not in ns("ip", "-6", "addr", "show", "dev", "br0").stdout:
@@ -390,20 +431,58 @@ class Harness:
                    KEA_LOCKFILE_DIR=os.path.join(root, "run"))
         self.kea = self._spawn("kea", ["kea-dhcp6", "-c", conf], env=env)
 
+    def _image_server(self):
+        self.image_log = os.path.join(self.workdir, "image-server.jsonl")
+        self._spawn("image-server", [sys.executable, os.path.join(HERE, "image_server.py"),
+                                     self.metal_hammer_dir, V6_SERVER, str(IMAGE_PORT),
+                                     self.image_log])
+
+    def _tls_front(self):
+        """A CA of this run, a server certificate for fd55::1 signed by it, the
+        CA as an EFI signature list for OVMF's fw_cfg ``etc/edk2/https/cacerts``,
+        and the TLS front with it."""
+        make_test_ca(self.tls_dir, V6_SERVER)
+        enrolled = self.tls_dir
+        if not self.trusted_ca:
+            enrolled = os.path.join(self.tls_dir, "other")
+            make_test_ca(enrolled, V6_SERVER)
+        sh("virt-fw-sigdb", "--add-cert", CA_OWNER, os.path.join(enrolled, "ca.pem"),
+           "-o", self.cacerts)
+        self.tls_log = os.path.join(self.workdir, "tls-front.jsonl")
+        self._spawn("tls-front", [sys.executable, os.path.join(HERE, "tls_front.py"),
+                                  os.path.join(self.tls_dir, "server.pem"),
+                                  os.path.join(self.tls_dir, "server.key"), V6_SERVER,
+                                  str(TLS_PORT), V6_SERVER, str(SERVER_PORT), self.tls_log])
+
+    def tls_connections(self, since=None):
+        """Connections the TLS front accepted: time, client, TLS version (or error)."""
+        try:
+            with open(self.tls_log) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+        except (AttributeError, FileNotFoundError):
+            return []
+        return [c for c in lines if since is None or c["time"] >= since]
+
     def _metalboot_server(self):
         os.makedirs(self.state_dir, exist_ok=True)
         conf = os.path.join(self.workdir, "metalboot.conf")
         ipxe_efi = os.path.join(self.ipxe_dir, "ipxe.efi")
         with open(conf, "w") as f:
             f.write(METALBOOT_CONF.format(
-                state=self.state_dir, interfaces=",".join(BOOT_INTERFACES), server=V6_SERVER,
+                state=self.state_dir, interfaces=",".join(self.interfaces), server=V6_SERVER,
                 port=SERVER_PORT, public_url=PUBLIC_URL, token=ADMIN_TOKEN,
-                templates=TEMPLATE_DIR, ipxe_efi=ipxe_efi, dns6=V6_SERVER, dns4=V4_SERVER,
-                hosts=self.dnsmasq_dirs["hosts"], opts=self.dnsmasq_dirs["opts"],
-                dnsmasq_pid=self.dnsmasq_pid_file,
-                dnsmasq_leases=os.path.join(os.path.dirname(self.dnsmasq_pid_file), "leases"),
-                kea_include=self.kea_include,
-                kea_socket=self.kea_socket))
+                ipxe_efi=ipxe_efi, dns6=V6_SERVER,
+                kea_include=self.kea_include, kea_socket=self.kea_socket))
+            if not self.ipv6_only:
+                f.write(METALBOOT_IPV4_CONF.format(
+                    dns4=V4_SERVER, hosts=self.dnsmasq_dirs["hosts"],
+                    opts=self.dnsmasq_dirs["opts"], dnsmasq_pid=self.dnsmasq_pid_file,
+                    dnsmasq_leases=os.path.join(os.path.dirname(self.dnsmasq_pid_file),
+                                                "leases")))
+            else:
+                f.write("ipv4_backend =\n")  # still [dhcp_httpboot]: no DHCPv4 answers
+            if self.https:
+                f.write(f"\n[redfish]\nhttp_boot_base_url = {TLS_URL}\n")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -467,7 +546,11 @@ class Harness:
                 return b'"result": 0' in sock.recv(65536)
 
         waiting = {"metalboot-server": http(self.server_url + "/v1"), "kea-dhcp6": kea,
-                   "dnsmasq": lambda: os.path.exists(self.dnsmasq_pid_file)}
+                   "image-server": lambda: "serving" in self._proc("image-server").log()}
+        if not self.ipv6_only:
+            waiting["dnsmasq"] = lambda: os.path.exists(self.dnsmasq_pid_file)
+        if self.https:
+            waiting["tls-front"] = lambda: "TLS front" in self._proc("tls-front").log()
         waiting.update({f"bmc-{m.name}": http(m.bmc_local_url + "/redfish/v1/")
                         for m in self.machines})
         deadline = time.monotonic() + timeout
@@ -486,6 +569,17 @@ class Harness:
                 raise HarnessError(f"not ready after {timeout} s: {', '.join(waiting)}")
             time.sleep(0.1)
 
+    def ipv4_on_the_boot_network(self):
+        """What of IPv4 the machines' side offers: IPv4 addresses on the bridge
+        and sockets bound to the DHCPv4 server port (67) in the namespace."""
+        addresses = self.in_ns("ip", "-4", "-o", "addr", "show", "dev", "br0").stdout.split()
+        listeners = self.in_ns("ss", "-H", "-uln", "sport = :67").stdout.strip()
+        return [a for a in addresses if "." in a and "/" in a] + (
+            [f"udp/67: {listeners}"] if listeners else [])
+
+    def _proc(self, name):
+        return next(p for p in self.procs if p.name == name)
+
     # -- metalboot over REST ------------------------------------------------------------
     def api(self, method, path, expect=None, **kw):
         r = requests.request(method, self.server_url + path, timeout=60,
@@ -500,11 +594,17 @@ class Harness:
         machines = machines or self.machines
         if not self._partition_made:
             self.api("POST", "/v1/partitions", expect=201, json={
-                "id": PARTITION, "boot": {"cmdline": "console=ttyS0"}})
+                "id": PARTITION, "boot": {
+                    # no_timer_check: on a busy TCG host the kernel's IO-APIC
+                    # timer check can fail and panic ("IO-APIC + timer doesn't work")
+                    "cmdline": "console=ttyS0 quiet no_timer_check",
+                    "kernel_url": f"{IMAGE_URL}/vmlinuz",
+                    "initrd_url": f"{IMAGE_URL}/initrd.img"}})
             self._partition_made = True
         body = [{"id": m.id, "partition": PARTITION, "boot_interface": boot_interface,
                  "boot_mode": "uefi",
-                 "nics": [{"mac": m.mac, "ipv4_address": m.ipv4_address}],
+                 "nics": [{"mac": m.mac} if self.ipv6_only
+                          else {"mac": m.mac, "ipv4_address": m.ipv4_address}],
                  "bmc": {"address": m.bmc_address, "username": BMC_USER,
                          "password": BMC_PASSWORD, "verify_tls": False},
                  "properties": {"redfish_system_id": m.id}} for m in machines]
@@ -568,20 +668,33 @@ class Harness:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
         try:
             rows = con.execute("SELECT id, machine_id, interface, kind, path, client_address, "
-                               "created_at FROM boot_evidence ORDER BY id").fetchall()
+                               "created_at, data FROM boot_evidence ORDER BY id").fetchall()
         finally:
             con.close()
         out = []
         for row in rows:
             item = dict(zip(("id", "machine_id", "interface", "kind", "path", "client_address",
-                             "created_at"), row, strict=True))
+                             "created_at", "data"), row, strict=True))
             item["time"] = utc_epoch(item["created_at"])
+            item["data"] = json.loads(item["data"]) if item["data"] else {}
             if machine is not None and item["machine_id"] != machine.id:
                 continue
             if since is not None and item["time"] < since:
                 continue
             out.append(item)
         return out
+
+    def image_fetches(self, clients=None, since=None):
+        """Requests to the image server (kernel, initrd): time, client, path,
+        status; ``clients``: only from these addresses."""
+        try:
+            with open(self.image_log) as f:
+                lines = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+        return [line for line in lines
+                if (clients is None or line["client"] in clients)
+                and (since is None or line["time"] >= since)]
 
     def evidence_time(self, evidence_id):
         for item in self.evidence():
@@ -600,6 +713,48 @@ class Harness:
                                    f"{timeout} s\n--- serial console (tail) ---\n"
                                    + "\n".join(machine.serial().splitlines()[-40:]))
             time.sleep(0.2)
+
+
+def make_test_ca(directory, address):
+    """ca.pem, server.pem, server.key in ``directory``: a CA made for this run and
+    a certificate for ``address`` (an IP SAN, as the firmware checks) signed by it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    os.makedirs(directory, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "metalboot e2e test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
+                                       False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(address))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    with open(os.path.join(directory, "ca.pem"), "wb") as f:
+        f.write(ca.public_bytes(pem))
+    with open(os.path.join(directory, "server.pem"), "wb") as f:
+        f.write(cert.public_bytes(pem))
+    with open(os.path.join(directory, "server.key"), "wb") as f:
+        f.write(key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
+                                  serialization.NoEncryption()))
 
 
 RADVD_CONF = """\
@@ -667,9 +822,6 @@ port = {port}
 public_url = {public_url}
 admin_tokens = {token}
 
-[artifacts]
-template_dir = {templates}
-
 [conductor]
 poll_interval = 0.2
 drift_check_interval = 0
@@ -688,13 +840,6 @@ ipxe_efi_path = {ipxe_efi}
 
 [dhcp]
 ipv6_dns_servers = {dns6}
-ipv4_dns_servers = {dns4}
-
-[dnsmasq]
-hostsdir = {hosts}
-optsdir = {opts}
-pid_file = {dnsmasq_pid}
-lease_file = {dnsmasq_leases}
 
 [kea]
 include_file = {kea_include}
@@ -706,6 +851,19 @@ efi_x64_boot_file = snponly.efi
 
 [dhcp_httpboot]
 ipv6_backend = kea
-ipv4_backend = dnsmasq
 ipxe_efi_path = {ipxe_efi}
+"""
+
+# Only on a network with IPv4 (the legacy pxe path): dnsmasq's DHCPv4.
+METALBOOT_IPV4_CONF = """\
+ipv4_backend = dnsmasq
+
+[dhcp]
+ipv4_dns_servers = {dns4}
+
+[dnsmasq]
+hostsdir = {hosts}
+optsdir = {opts}
+pid_file = {dnsmasq_pid}
+lease_file = {dnsmasq_leases}
 """

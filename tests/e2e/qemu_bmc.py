@@ -82,7 +82,13 @@ _SATA_CD = "01010600021f" + "03120a000000ffff0000"  # Pci(0x1F,0x2)/Sata(0x0,0xF
 
 # Fixed numbers of the entries this BMC writes.
 PXE4, PXE6, HTTP4, HTTP6, CDROM = 0x0001, 0x0002, 0x0003, 0x0004, 0x000A
+URI6 = 0x0005  # HttpBootUri on an IPv6-only network: MAC/IPv6/Uri(the URI)
 DEFAULT_ORDER = [CDROM, PXE4, PXE6, HTTP4, HTTP6]
+# On an IPv6-only network (no DHCPv4 answers): OVMF's first network boot attempt
+# never sends its HTTP-boot DHCPv6 Solicit, and a PXEv4 attempt waits ~60 s for
+# an offer; PXEv6 (Kea answers with an address, no boot file) fails in ~15 s and
+# lets the HTTPv6 attempt after it work.
+DEFAULT_ORDER_V6 = [CDROM, PXE6, HTTP6, PXE4, HTTP4]
 
 
 def _pci(slot):
@@ -93,19 +99,28 @@ def _mac(mac):
     return "030b2500" + mac.replace(":", "").lower() + "00" * 26 + "01"
 
 
-def _load_option(description, devpath_hex):
+def _load_option(description, devpath_hex, auto=True):
+    """An EFI_LOAD_OPTION; ``auto``: with the optional data that marks the
+    entries OVMF creates itself (which its boot manager may refresh)."""
     desc = (description + "\0").encode("utf-16-le")
     path = bytes.fromhex(devpath_hex + _END)
     data = (1).to_bytes(4, "little") + len(path).to_bytes(2, "little") + desc + path + \
-        bytes.fromhex(OVMF_AUTO_OPTION)
+        (bytes.fromhex(OVMF_AUTO_OPTION) if auto else b"")
     return data.hex()
 
 
-def boot_entries(mac):
-    """{number: (description, load option hex)} of the NIC's and CD-ROM's entries."""
+def _uri(uri):
+    data = uri.encode()
+    return "0318" + (4 + len(data)).to_bytes(2, "little").hex() + data.hex()
+
+
+def boot_entries(mac, uri6=None):
+    """{number: (description, load option hex)} of the NIC's and CD-ROM's entries
+    (and, with ``uri6``, of an HTTPv6 entry for that URI)."""
     tag = mac.replace(":", "").upper()
     nic = _PCIROOT + _pci(NIC_PCI_SLOT) + _mac(mac)
-    return {
+    extra = {URI6: (f"UEFI HTTPv6 URI (MAC:{tag})", nic + _IPV6 + _uri(uri6))} if uri6 else {}
+    return {**extra,
         PXE4: (f"UEFI PXEv4 (MAC:{tag})", nic + _IPV4),
         PXE6: (f"UEFI PXEv6 (MAC:{tag})", nic + _IPV6),
         HTTP4: (f"UEFI HTTPv4 (MAC:{tag})", nic + _IPV4 + _URI),
@@ -114,8 +129,10 @@ def boot_entries(mac):
     }
 
 
-def plan_boot(target, enabled, uri):
-    """(boot order, boot URI or None, description) for the next start."""
+def plan_boot(target, enabled, uri, ipv6_only=False):
+    """(boot order, boot URI or None, description) for the next start; on an
+    IPv6-only network the URI is an entry of its own (``URI6``), since
+    ``virt-fw-vars --set-boot-uri`` writes an IPv4 one."""
     active = enabled in ("Once", "Continuous")
     first = []
     boot_uri = None
@@ -123,11 +140,14 @@ def plan_boot(target, enabled, uri):
         first = [PXE4, PXE6]
     elif active and target in ("Cd", "UsbCd"):
         first = [CDROM]
+    elif active and target == "UefiHttp" and uri and ipv6_only:
+        first = [PXE6, URI6]
     elif active and target == "UefiHttp" and uri:
         boot_uri = uri
     elif active and target == "UefiHttp":
-        first = [HTTP4, HTTP6]
-    order = first + [n for n in DEFAULT_ORDER if n not in first]
+        first = [PXE6, HTTP6] if ipv6_only else [HTTP4, HTTP6]
+    default = DEFAULT_ORDER_V6 if ipv6_only else DEFAULT_ORDER
+    order = first + [n for n in default if n not in first]
     what = f"{target if active else 'no override'}" + (f" ({enabled})" if active else "")
     return order, boot_uri, what
 
@@ -160,12 +180,12 @@ class QemuMachine:
         except FileNotFoundError:
             pass
 
-    def program_nvram(self, order, boot_uri):
+    def program_nvram(self, order, boot_uri, uri6=None):
         if not os.path.exists(self.vars):
             shutil.copyfile(self.spec["ovmf_vars"], self.vars)
         variables = [{"name": f"Boot{n:04X}", "guid": EFI_GLOBAL, "attr": 7,
-                      "data": _load_option(desc, path)}
-                     for n, (desc, path) in boot_entries(self.spec["mac"]).items()]
+                      "data": _load_option(desc, path, auto=n != URI6)}
+                     for n, (desc, path) in boot_entries(self.spec["mac"], uri6).items()]
         variables.append({"name": "BootOrder", "guid": EFI_GLOBAL, "attr": 7,
                           "data": "".join(n.to_bytes(2, "little").hex() for n in order)})
         json_path = os.path.join(self.workdir, "nvram-edit.json")
@@ -190,8 +210,9 @@ class QemuMachine:
             return False
 
     def start(self, reset_type, target, enabled, uri, cd_image):
-        order, boot_uri, what = plan_boot(target, enabled, uri)
-        cmd = self.program_nvram(order, boot_uri)
+        ipv6_only = self.spec.get("ipv6_only", False)
+        order, boot_uri, what = plan_boot(target, enabled, uri, ipv6_only)
+        cmd = self.program_nvram(order, boot_uri, uri if URI6 in order else None)
         spec = self.spec
         serial = os.path.join(self.workdir, "serial.log")
         with open(serial, "a") as f:
@@ -211,6 +232,8 @@ class QemuMachine:
             "-chardev", f"file,id=ser0,path={serial},append=on", "-serial", "chardev:ser0",
             "-pidfile", self.pid_file,
         ]
+        if spec.get("cacerts"):  # the CAs OVMF's HTTPS boot trusts (EFI signature list)
+            qemu += ["-fw_cfg", f"name=etc/edk2/https/cacerts,file={spec['cacerts']}"]
         log = open(os.path.join(self.workdir, "qemu.log"), "ab")
         self.proc = subprocess.Popen(qemu, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -218,7 +241,8 @@ class QemuMachine:
         with open(os.path.join(self.workdir, "boots.jsonl"), "a") as f:
             f.write(json.dumps({"time": time.time(), "reset": reset_type, "override": what,
                                 "boot_order": [f"{n:04X}" for n in order],
-                                "boot_uri": boot_uri, "cd": cd_image,
+                                "boot_uri": boot_uri or (uri if URI6 in order else None),
+                                "cd": cd_image,
                                 "nvram_edit": cmd, "pid": self.proc.pid}) + "\n")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run one e2e scenario by hand, with real OVMF firmware, and print its table.
 
-    sudo python tests/e2e/run_scenario.py smoke               # one machine migrated to pxe
+    sudo python tests/e2e/run_scenario.py smoke               # one machine booted by pxe
     sudo python tests/e2e/run_scenario.py chain               # the full chain (2 machines)
     sudo python tests/e2e/run_scenario.py path dhcp-httpboot  # one path, from --source
     sudo python tests/e2e/run_scenario.py chain --hold        # keep it all up afterwards
@@ -47,7 +47,10 @@ def main(argv=None):
 
     # SIGTERM like Ctrl-C, so that the harness is closed either way.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    harness = Harness(machines=count, workdir=args.workdir)
+    # pxe needs DHCPv4; every other scenario runs on an IPv6-only boot network.
+    ipv6_only = args.scenario == "chain" or (
+        args.scenario == "path" and "pxe" not in (args.target, args.source))
+    harness = Harness(machines=count, workdir=args.workdir, ipv6_only=ipv6_only)
     failed = True
     started = time.monotonic()
     try:

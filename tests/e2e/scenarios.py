@@ -1,9 +1,11 @@
 """The e2e scenarios, shared by the pytest tests and ``run_scenario.py``.
 
 Each scenario drives metalboot only over REST (as metal-api would), lets real
-OVMF firmware in QEMU boot, and returns :class:`Row` objects: one per machine
-and step, with the seconds from reset to the firmware's (or iPXE's) fetch of
-the machine's own artifact.
+OVMF firmware in QEMU boot a real kernel (:mod:`tests.e2e.metal_hammer`) that
+posts its boot report, and returns :class:`Row` objects: one per machine and
+step, with the seconds from reset to each stage of the boot (the firmware's
+fetch, iPXE's fetch of boot.ipxe, the kernel and initrd fetches, the report).
+Migrations require the boot report (``require_boot_report``).
 """
 
 import dataclasses
@@ -11,7 +13,7 @@ import json
 import time
 from typing import List, Optional
 
-from tests.e2e.harness import HarnessError
+from tests.e2e.harness import HarnessError, utc_epoch
 
 #: The per-machine artifact whose fetch a migration to each interface waits for
 #: (the first one the firmware or iPXE fetches on that path).
@@ -22,11 +24,25 @@ FIRST_FETCH = {
     "dhcp-httpboot": "ipxe.efi",                 # the firmware GETs DHCPv6 option 59
 }
 
-#: Machines are registered on ``pxe``: metalboot enrols them (writes their DHCP
-#: entries) and the operator powers them on; they boot by PXE, then migrate.
-REGISTERED_ON = "pxe"
+#: The per-machine artifacts each path fetches from metalboot, in order, before
+#: the kernel: the firmware's fetch (where the firmware fetches from metalboot),
+#: then iPXE's fetch of boot.ipxe.
+FETCHES = {
+    "pxe": ["boot.ipxe"],                           # firmware TFTPs snponly.efi (dnsmasq)
+    "redfish-virtual-media-ipxe": ["boot.ipxe"],    # the BMC downloads the ISO
+    "redfish-http-url": ["ipxe.iso", "boot.ipxe"],
+    "dhcp-httpboot": ["ipxe.efi", "boot.ipxe"],
+}
+#: What the kernel stage fetches from the partition's image server.
+IMAGES = ["vmlinuz", "initrd.img"]
+
+#: On the IPv6-only network machines are registered on ``fake`` (metalboot
+#: does nothing to them) and migrate along CHAIN; ``pxe`` is proven on a
+#: network of its own with DHCPv4 (pxe_smoke).
+REGISTERED_ON = "fake"
 CHAIN = ["redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot"]
 BROKEN = "e2e-http-url-404"
+BOOT_TIMEOUT = 600  # activation to the report: OVMF, iPXE and a kernel on a busy TCG host
 
 
 @dataclasses.dataclass
@@ -36,17 +52,19 @@ class Row:
     machine: str
     outcome: str
     seconds_api: Optional[float]      # GET /v1/migrations/{id}/machines seconds_to_evidence
-    seconds_reset: Optional[float]    # BMC's QEMU start -> the fetch (the server's clock)
+    seconds_reset: Optional[float]    # BMC's QEMU start -> the evidence (the server's clock)
     evidence: str
     note: str = ""
+    chain: str = ""                   # seconds from reset to each stage
 
 
 def format_table(rows: List[Row]) -> str:
     head = ("step", "interface", "machine", "outcome", "s to evidence (API)",
-            "s reset->fetch", "evidence", "note")
+            "s reset->evidence", "evidence", "s reset->stage", "note")
     body = [(r.step, r.interface, r.machine, r.outcome,
              "-" if r.seconds_api is None else f"{r.seconds_api:.1f}",
-             "-" if r.seconds_reset is None else f"{r.seconds_reset:.1f}", r.evidence, r.note)
+             "-" if r.seconds_reset is None else f"{r.seconds_reset:.1f}", r.evidence,
+             r.chain or "-", r.note)
             for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
 
@@ -60,10 +78,11 @@ def _first_start(machine, after):
     return starts[0] if starts else None
 
 
-def migrate(h, target, step, boot_timeout=180, expect="done", timeout=600):
-    """One migration of all machines to ``target``; rows for the table."""
+def migrate(h, target, step, boot_timeout=BOOT_TIMEOUT, expect="done", timeout=900):
+    """One migration of all machines to ``target``, done only on each machine's
+    boot report; rows for the table, with the whole chain of each boot."""
     t0 = time.time()
-    created = h.migrate(target, boot_timeout=boot_timeout)
+    created = h.migrate(target, boot_timeout=boot_timeout, require_boot_report=True)
     h.wait_migration(created["id"], timeout=timeout)
     per = h.migration_machines(created["id"])
     rows = []
@@ -76,12 +95,96 @@ def migrate(h, target, step, boot_timeout=180, expect="done", timeout=600):
             seconds_reset = round(h.evidence_time(ev["id"]) - start, 1)
         rows.append(Row(step, target, m.name, row["state"], row["seconds_to_evidence"],
                         seconds_reset,
-                        f"{ev['path']} from {ev['client_address']}" if ev else "none",
+                        f"{ev['kind']} from {ev['client_address']}" if ev else "none",
                         (row["last_error"] or "")[:70]))
         if row["state"] != expect:
             raise ScenarioFailed(f"{step}: machine {m.name} is {row['state']}, expected "
                                  f"{expect}: {row['last_error']}", rows, h, m)
+        if expect == "done":
+            if ev["kind"] != "report":
+                raise ScenarioFailed(f"{step}: {m.name} done on {ev['kind']} {ev['path']}, "
+                                     f"not on its boot report", rows, h, m)
+            rows[-1].chain = chain_text(check_chain(h, m, target, start, rows))
+    if expect == "done" and target == "redfish-http-url" and h.https:
+        check_https(h, t0, rows)
     return per, rows
+
+
+def check_https(h, since, rows):
+    """The firmware of each machine fetched its HttpBootUri over HTTPS: the BMC
+    set an https:// URI and the TLS front accepted a connection from each."""
+    for m in h.machines:
+        boot = [b for b in m.boots() if b["time"] >= since][0]
+        if not (boot["boot_uri"] or "").startswith("https://"):
+            raise ScenarioFailed(f"{m.name}: HttpBootUri is {boot['boot_uri']}, not https",
+                                 rows, h, m)
+    accepted = [c for c in h.tls_connections(since) if "tls" in c]
+    refused = [c for c in h.tls_connections(since) if "error" in c]
+    clients = {c["client"] for c in accepted}
+    if len(clients) < len(h.machines) or refused:
+        raise ScenarioFailed(f"TLS front: connections from {sorted(clients)}, refused "
+                             f"{refused}; expected one per machine's firmware", rows, h)
+    for row in rows[-len(h.machines):]:
+        row.note = (f"HttpBootUri https://, TLS front: {accepted[0]['tls']} from "
+                    f"{len(clients)} firmware client(s)")
+
+
+def check_chain(h, m, interface, start, rows, timeout=0):
+    """The stages of the machine's boot since ``start`` through ``interface``:
+    [(stage, seconds from start, client address)] in the order of
+    :data:`FETCHES` + :data:`IMAGES` + report, each later than the one before;
+    raises unless all are there (waiting up to ``timeout`` s for the report).
+    Evidence is read through ``GET /v1/machines/{id}/evidence``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = h.api("GET", f"/v1/machines/{m.id}/evidence",
+                       params={"limit": 1000})["evidence"]
+        mine = [e for e in listed if e["interface"] == interface
+                and utc_epoch(e["created_at"]) >= start - 0.5]
+        report = [e for e in mine if e["kind"] == "report"]
+        if report or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    stages = []
+    for name in FETCHES[interface]:
+        found = [e for e in mine if e["kind"] == "fetch" and e["path"] == name]
+        if found:
+            stages.append((name, utc_epoch(found[0]["created_at"]) - start,
+                           found[0]["client_address"]))
+    # The image server knows addresses, not machines: iPXE fetches the kernel
+    # from the address it fetched boot.ipxe from (SLAAC, or the firmware's
+    # DHCPv6 lease that iPXE took over).
+    clients = {m.slaac_address} | {e["client_address"] for e in mine if e["kind"] == "fetch"}
+    for name in IMAGES:
+        found = [f for f in h.image_fetches(clients, since=start)
+                 if f["path"] == f"/{name}" and f["status"] == 200]
+        if found:
+            stages.append((name, found[0]["time"] - start, found[0]["client"]))
+    if report:
+        stages.append(("report", utc_epoch(report[0]["created_at"]) - start,
+                       report[0]["client_address"]))
+    expected = FETCHES[interface] + IMAGES + ["report"]
+    if [s for s, _, _ in stages] != expected:
+        raise ScenarioFailed(f"{m.name}: boot through {interface} shows stages "
+                             f"{chain_text(stages)}, expected {' > '.join(expected)}",
+                             rows, h, m)
+    times = [t for _, t, _ in stages]
+    if times != sorted(times):
+        raise ScenarioFailed(f"{m.name}: stages out of order: {chain_text(stages)}", rows, h, m)
+    if h.ipv6_only:
+        v4 = [(s, a) for s, _, a in stages if ":" not in (a or "")]
+        if v4:
+            raise ScenarioFailed(f"{m.name}: requests from IPv4 on the IPv6-only network: "
+                                 f"{v4}", rows, h, m)
+        message = [e for e in h.evidence(m) if e["id"] == report[0]["id"]][0]["data"]
+        if "ipv4 none" not in message.get("message", ""):
+            raise ScenarioFailed(f"{m.name}: the kernel had an IPv4 address: {message}",
+                                 rows, h, m)
+    return stages
+
+
+def chain_text(stages):
+    return " > ".join(f"{name} {seconds:.1f}" for name, seconds, _ in stages)
 
 
 class ScenarioFailed(HarnessError):
@@ -96,17 +199,10 @@ class ScenarioFailed(HarnessError):
         self.rows = rows
 
 
-def check_first_fetch(rows, per, target):
-    expected = FIRST_FETCH[target]
-    for row in per.values():
-        if row["evidence"]["path"] != expected:
-            raise ScenarioFailed(f"{target}: evidence is {row['evidence']['path']}, expected "
-                                 f"the firmware's first fetch {expected}", rows)
-
-
-def enrol_and_boot(h, interface=REGISTERED_ON, timeout=180):
+def enrol_and_boot(h, interface="pxe", timeout=BOOT_TIMEOUT):
     """Register the machines on ``interface``, wait until metalboot has enrolled them,
-    power them on at their BMCs (no override) and wait for each one's first fetch."""
+    power them on at their BMCs (no override) and wait for each one's whole boot
+    (first fetch, kernel, report)."""
     h.register(interface)
     records = h.wait_enrolled()
     rows = []
@@ -134,6 +230,7 @@ def enrol_and_boot(h, interface=REGISTERED_ON, timeout=180):
         if ev["path"] != FIRST_FETCH[interface]:
             raise ScenarioFailed(f"{m.name}: first fetch is {ev['path']}, expected "
                                  f"{FIRST_FETCH[interface]}", rows, h, m)
+        rows[-1].chain = chain_text(check_chain(h, m, interface, start, rows, timeout))
     return rows
 
 
@@ -145,21 +242,24 @@ def pxe_smoke(h):
 def single_path(h, target, source="fake"):
     """Machines registered on ``source`` (not booted) migrated to ``target``."""
     h.register(source)
-    per, rows = migrate(h, target, "migrate", boot_timeout=45 if target == BROKEN else 180,
+    per, rows = migrate(h, target, "migrate",
+                        boot_timeout=45 if target == BROKEN else BOOT_TIMEOUT,
                         expect="rolled_back" if target == BROKEN else "done")
-    if target in FIRST_FETCH:
-        check_first_fetch(rows, per, target)
     return rows
 
 
 def migration_chain(h, broken_timeout=60):
-    """Registered on pxe and PXE-booted, then -> virtual media -> HTTP URL -> DHCP HTTP
-    boot -> broken (404) and back."""
-    rows = enrol_and_boot(h, REGISTERED_ON)
+    """On the IPv6-only network: registered on fake, then -> virtual media -> HTTP
+    URL -> DHCP HTTP boot, each done on the machine's boot report, -> broken (404)
+    and back: the rollback boots the machines through dhcp-httpboot to the report."""
+    v4 = h.ipv4_on_the_boot_network()
+    if h.ipv6_only and v4:
+        raise ScenarioFailed(f"the IPv6-only boot network offers IPv4: {v4}", [], h)
+    h.register(REGISTERED_ON)
+    rows = []
     for target in CHAIN:
         per, step_rows = migrate(h, target, f"migrate to {target}")
         rows += step_rows
-        check_first_fetch(rows, per, target)
         for m in h.machines:
             machine = h.machine(m)
             if machine["boot_interface"] != target or machine["state"] != "ready":
@@ -199,40 +299,16 @@ def broken_and_back(h, source, boot_timeout=60, timeout=300):
         restart = _first_start(m, rolled)
         if restart is None:
             raise ScenarioFailed(f"{m.name}: the rollback did not reset the machine", rows, h, m)
-        ev = h.wait_evidence(m, source, since=restart, timeout=180)
+        ev = h.wait_evidence(m, source, since=restart, timeout=BOOT_TIMEOUT)
         if ev["path"] != FIRST_FETCH[source]:
             raise ScenarioFailed(f"{m.name}: fresh fetch after the rollback is {ev['path']}",
                                  rows, h, m)
         rows.append(Row("after rollback", source, m.name, "booted again", None,
                         round(ev["time"] - restart, 1),
                         f"{ev['path']} from {ev['client_address']}",
-                        "fresh fetch after the rollback's reset"))
-        if source == "dhcp-httpboot":
-            rows.append(_second_stage(h, m, source, restart))
+                        "whole boot after the rollback's reset"))
+        rows[-1].chain = chain_text(check_chain(h, m, source, restart, rows, BOOT_TIMEOUT))
     return rows
-
-
-def _second_stage(h, m, interface, restart, timeout=90):
-    """iPXE (from ipxe.efi) DHCPs again and fetches boot.ipxe: over DHCPv4 only.
-
-    The machines' NICs carry an ipv4_address, so dhcp-httpboot also writes
-    dnsmasq entries that answer iPXE with the boot.ipxe URL. Kea cannot tell
-    iPXE from the firmware (doc/boot-interfaces/dhcp.rst), so an IPv6-only
-    second stage is not covered.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [e for e in h.evidence(m, since=restart)
-                 if e["interface"] == interface and e["path"] == "boot.ipxe"]
-        if found:
-            ev = found[0]
-            return Row("second stage", interface, m.name, "chained", None,
-                       round(ev["time"] - restart, 1), f"boot.ipxe from {ev['client_address']}",
-                       "iPXE from ipxe.efi, boot.ipxe URL by DHCPv4 (dnsmasq)")
-        if time.monotonic() > deadline:
-            raise ScenarioFailed(f"{m.name}: iPXE did not fetch boot.ipxe through {interface} "
-                                 f"within {timeout} s", [], h, m)
-        time.sleep(0.5)
 
 
 def _rollback_time(h, m, migration_id):
@@ -240,7 +316,6 @@ def _rollback_time(h, m, migration_id):
         data = e.get("data") or {}
         if e["kind"] == "migration.step" and e.get("migration_id") == migration_id \
                 and data.get("new") == "rolling_back":
-            from tests.e2e.harness import utc_epoch
             return utc_epoch(e["created_at"])
     raise HarnessError(f"{m.name}: no rolling_back event in migration {migration_id}")
 
@@ -260,3 +335,36 @@ def _serial_since(m, since):
         if keep:
             out.append(line)
     return "\n".join(out)
+
+
+def https_untrusted(h, timeout=BOOT_TIMEOUT):
+    """OVMF enrolled with a CA that did not sign the server's certificate: the
+    firmware's HTTPS fetch of its HttpBootUri must fail in the TLS handshake.
+    Returns (the TLS front's record of the attempt, the firmware's console
+    lines about it); the migration is cancelled afterwards."""
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate("redfish-http-url", boot_timeout=timeout, require_boot_report=True)
+    m = h.machines[0]
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            attempts = h.tls_connections(t0)
+            console = [line.strip() for line in _serial_since(m, t0).splitlines()
+                       if "Error:" in line]
+            if attempts and console:
+                break
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"{m.name}: no HTTPS attempt by the firmware within "
+                                     f"{timeout} s", [], h, m)
+            time.sleep(1)
+    finally:
+        h.api("POST", f"/v1/migrations/{created['id']}/cancel")
+    evidence = [e for e in h.evidence(m, since=t0) if e["interface"] == "redfish-http-url"]
+    row = Row("https with an untrusted CA", "redfish-http-url", m.name,
+              "refused" if not evidence else "fetched", None,
+              round(attempts[0]["time"] - _first_start(m, t0), 1),
+              f"TLS front: {attempts[0].get('error') or attempts[0].get('tls')}",
+              "; ".join(dict.fromkeys(console)))
+    return row, attempts, console, evidence
+

@@ -111,6 +111,28 @@ def test_happy_path_by_fetch_and_by_report(server):
     assert sorted(a for _, _, a, _ in fleet.boots) == sorted([FETCH] * 3 + [REPORT])
 
 
+def test_require_boot_report_takes_only_the_report(server):
+    """With require_boot_report the firmware's fetch is not enough: the machine
+    that only fetched rolls back, the one whose booted system reported is done."""
+    ids = setup_machines(server, 2)
+    with SimulatedFleet(server.url, server.token, behaviour={ids[0]: FETCH, ids[1]: REPORT},
+                        only_interfaces=["fake-alt"]):
+        m = wait_for(server, migrate(server, ids, boot_timeout=3,
+                                     require_boot_report=True)["id"])
+    assert m["options"]["require_boot_report"] is True
+    per = machine_states(server, m["id"])
+    assert per[ids[0]]["state"] == "rolled_back"
+    assert per[ids[0]]["last_error"] == "no boot evidence through fake-alt within 3 s"
+    evidence = server.request("GET", f"/v1/machines/{ids[0]}/evidence").json()["evidence"]
+    assert [(e["interface"], e["kind"]) for e in evidence] == [("fake-alt", "fetch")]
+    assert per[ids[1]]["state"] == "done"
+    assert per[ids[1]]["evidence"]["kind"] == "report"
+    bad = server.request("POST", "/v1/migrations", json={
+        "selector": {"machines": ids}, "boot_interface": "fake-alt",
+        "require_boot_report": "maybe"})
+    assert bad.status_code == 422 and "require_boot_report" in bad.json()["error"]["fields"]
+
+
 def test_timeout_rolls_back_and_boots_the_old_path(server):
     ids = setup_machines(server, 3)
     with SimulatedFleet(server.url, server.token,

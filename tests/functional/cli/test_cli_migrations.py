@@ -121,7 +121,8 @@ def test_pause_resume_cancel_and_409(mb, server):
 
 def test_watch_timeout_is_exit_1(mb, server):
     ids = register(server, machine_body(1))  # never boots
-    migration = create(mb, ids, "--boot-timeout", "300")
+    migration = create(mb, ids, "--boot-timeout", "300", "--require-boot-report")
+    assert migration["options"]["require_boot_report"] is True
     start = time.monotonic()
     r = mb("migrations", "watch", migration["id"], "--interval", "0.2", "--timeout", "1")
     assert time.monotonic() - start < 20

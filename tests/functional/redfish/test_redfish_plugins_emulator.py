@@ -277,3 +277,25 @@ def test_http_url_activate_reads_the_system_once(sushy_emulator_with_http_boot_u
     assert set(made[reset:]) == {("GET", uuid)}
     assert emu.system(uuid)["Boot"]["HttpBootUri"] == \
         services.task("count-http", HTTP).artifact_url("ipxe.iso")
+
+
+def test_http_url_base_url_for_the_firmware(sushy_emulator_with_http_boot_uri, redfish_services):
+    """[redfish] http_boot_base_url puts the firmware's URL behind another front
+    (HTTPS): same path as the machine's artifact URL, another base; no drift."""
+    s = fake_system("https-http", power_state="On")
+    emu = sushy_emulator_with_http_boot_uri([s])
+    services = redfish_services()
+    services.conf.set_override("http_boot_base_url", "https://[fd00::1]:8443/", group="redfish")
+    add_machine(services, emu.url, s)
+    task = services.task("https-http", HTTP)
+    http = services.interfaces.get(HTTP)
+    http.activate(task)
+    plain = task.artifact_url("ipxe.iso")
+    path = plain[len(services.public_url):]
+    assert path.startswith("/boot/") and plain.startswith("http://")
+    assert emu.system(s["uuid"])["Boot"]["HttpBootUri"] == "https://[fd00::1]:8443" + path
+    assert http.check_drift(task) == []
+    services.conf.set_override("http_boot_base_url", "ftp://x", group="redfish")
+    with pytest.raises(ValidationFailed) as exc:
+        http.validate(task)
+    assert "[redfish] http_boot_base_url" in exc.value.fields

@@ -350,3 +350,19 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
     stale = tempfile.mkstemp(prefix=".metalboot-x.", suffix=".tmp", dir=tmp_path)[1]
     files.remove_stale_temp_files(str(tmp_path), "metalboot-")
     assert not os.path.exists(stale)
+
+
+def test_httpboot_autoexec_chains_the_machines_boot_script(services, make_task):
+    """iPXE loaded by HTTP boot fetches autoexec.ipxe next to itself: the answer
+    configures a NIC without DHCP first and chains this machine's boot.ipxe."""
+    http = services.interfaces.get("dhcp-httpboot")
+    task = make_task("dhcp-httpboot", [{"mac": MAC}])
+    script = http.get_artifact(task, "autoexec.ipxe").content.decode()
+    assert script.startswith("#!ipxe\n")
+    boot_ipxe = task.artifact_url("boot.ipxe")
+    lines = script.splitlines()
+    assert lines.index(f"ifconf -c ipv6 net${{idx}} && chain {boot_ipxe} ||") < \
+        lines.index(f"ifconf -c dhcp net${{idx}} && chain {boot_ipxe} ||")
+    services.conf.set_override("ipxe_configurators", ["ipv6"], group="dhcp_httpboot")
+    assert "ifconf -c dhcp" not in http.get_artifact(task, "autoexec.ipxe").content.decode()
+    assert http.get_artifact(task, "other.ipxe") is None
