@@ -174,6 +174,22 @@ class BootTask:
                                    data=dict(data, interface=self.interface),
                                    migration_id=self.migration_id)
 
+    def last_event(self, *kinds):
+        """``(kind, data)`` of the machine's newest event of one of ``kinds``
+        (named as :meth:`event_kind` names them), or None: what a step of the
+        plugin recorded for a later one (prepare for clean_up, say)."""
+        from sqlalchemy import select
+
+        from metalboot_framework.store import models
+
+        names = [self.event_kind(kind) for kind in kinds]
+        with self.services.db.read() as session:
+            row = session.execute(
+                select(models.Event.kind, models.Event.data).where(
+                    models.Event.machine_id == self.machine.id, models.Event.kind.in_(names))
+                .order_by(models.Event.id.desc()).limit(1)).first()
+        return None if row is None else (row.kind, row.data or {})
+
     async def arecord_event(self, kind, message, **data):
         """:meth:`record_event` for a step written as a coroutine: waits for the
         commit without blocking the loop."""

@@ -2,13 +2,11 @@
 
 import logging
 
-from sqlalchemy import select
 
 from metalboot_framework.boot_interface import Artifact, BootInterface, Property
 from metalboot_framework.bmc import client as bmc_client
 from metalboot_framework.bmc import power
 from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
-from metalboot_framework.store import models
 from metalboot_redfish import conf as redfish_conf
 from metalboot_redfish import iso as iso_mod
 
@@ -86,16 +84,10 @@ class RedfishBootInterface(BootInterface):
     def found_override(self, task):
         """The override :meth:`remember_override` recorded since this
         interface's last clean-up, or None."""
-        found, cleaned = f"{self.name}.found_override", f"{self.name}.clean_up"
-        with task.services.db.read() as session:
-            row = session.execute(
-                select(models.Event.kind, models.Event.data).where(
-                    models.Event.machine_id == task.machine.id,
-                    models.Event.kind.in_((found, cleaned)))
-                .order_by(models.Event.id.desc()).limit(1)).first()
-        if row is None or row.kind != found:
+        last = task.last_event("found_override", "clean_up")
+        if last is None or last[0] != task.event_kind("found_override"):
             return None
-        return (row.data or {}).get("override")
+        return last[1].get("override")
 
     def restore_override(self, task, client):
         """In clean_up, after ours is cleared: put back the override found in
