@@ -822,6 +822,12 @@ port = {port}
 public_url = {public_url}
 admin_tokens = {token}
 
+[artifacts]
+# the test-made boot network is the boot VRF: iPXE may keep the address Kea's
+# DHCPv6 gave the firmware (fd55::10xx), not only its SLAAC one, and Kea's
+# leases are not read by the evidence binding
+boot_network_prefixes = fd55::/64
+
 [conductor]
 poll_interval = 0.2
 drift_check_interval = 0
