@@ -5,7 +5,8 @@ Built with warnings as errors. Generated parts: the configuration reference
 the REST API reference (``_ext/metalboot_openapi.py``, from the app's OpenAPI
 document) and the Python API of the plugin contract and the conformance kit
 (autodoc), and the per-machine state machine's diagram and table
-(``_ext/metalboot_fsm.py``, drawn by Graphviz's ``dot``). Needs metalboot installed (its entry points) and the ``docs`` extra.
+(``_ext/metalboot_machine_steps.py``, drawn by Graphviz's ``dot``). Needs metalboot
+installed (its entry points) and the ``docs`` extra.
 """
 
 import os
@@ -27,7 +28,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "oslo_config.sphinxext",
     "metalboot_openapi",
-    "metalboot_fsm",
+    "metalboot_machine_steps",
 ]
 graphviz_output_format = "svg"
 

@@ -25,7 +25,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.utils import get_content_type
 
 from metalboot_framework.boot_interface import Artifact
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
@@ -40,7 +40,7 @@ SCRIPT_CONTENT_TYPE = "text/plain"
 NOT_FOUND_MESSAGE = "no such boot artifact"
 
 # Steps in which a machine migrating to an interface may fetch by MAC.
-BOOTING_STEPS = fsm.BOOTING
+BOOTING_STEPS = machine_steps.BOOTING
 
 _M, _N, _P = models.Machine.__table__, models.Nic.__table__, models.Partition.__table__
 _MM, _MIG = models.MigrationMachine.__table__, models.Migration.__table__

@@ -10,15 +10,10 @@ import types
 
 from sqlalchemy import delete, func, insert, select
 
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.store.unindexed import unindexed
-
-# Steps of a machine that belongs to a live migration (metalboot_framework.migrations
-# uses these too): work under way, and work still to start.
-MIGRATION_IN_FLIGHT = fsm.IN_FLIGHT
-ACTIVE_MIGRATION_STEPS = fsm.ACTIVE
 
 # What a migration relies on staying put while it runs.
 MIGRATION_FROZEN_FIELDS = frozenset({"boot_interface", "partition", "nics", "boot_mode", "bmc"})
@@ -163,7 +158,7 @@ def _migrations_by_machine(session, machine_ids):
             select(mm_table, models.Migration.target_boot_interface)
             .join(models.Migration, models.Migration.id == mm_table.c.migration_id)
             .where(mm_table.c.machine_id.in_(chunk),
-                   unindexed(mm_table.c.state).in_(ACTIVE_MIGRATION_STEPS)))
+                   unindexed(mm_table.c.state).in_(machine_steps.ACTIVE)))
         for mm in rows:
             target = mm.target_boot_interface
             result[mm.machine_id] = {"id": mm.migration_id, "step": mm.state,
@@ -371,7 +366,7 @@ def _refuse_if_locked(m):
 def active_migration_of(session, machine_id):
     return session.scalars(select(models.MigrationMachine).where(
         models.MigrationMachine.machine_id == machine_id,
-        models.MigrationMachine.state.in_(ACTIVE_MIGRATION_STEPS))).first()
+        models.MigrationMachine.state.in_(machine_steps.ACTIVE))).first()
 
 
 def patch_machine(services, machine_id, data):

@@ -178,7 +178,7 @@ class DatabaseCollector:
     def collect(self):
         from sqlalchemy import func, select
 
-        from metalboot_framework import migrations as mig
+        from metalboot_framework import migration_states as states
         from metalboot_framework.store import models
 
         MM = models.MigrationMachine
@@ -203,7 +203,7 @@ class DatabaseCollector:
                 migration_rows = dict(s.execute(
                     select(models.Migration.state, func.count())
                     .group_by(models.Migration.state)).all())
-                live = models.Migration.state.in_(mig.LIVE_STATES)
+                live = models.Migration.state.in_(states.LIVE)
                 step_rows = s.execute(
                     select(MM.migration_id, models.Migration.target_boot_interface, MM.state,
                            func.count())
@@ -218,7 +218,7 @@ class DatabaseCollector:
             return
         for interface, state, n in sorted(machine_rows):
             machines.add_metric([interface, state], n)
-        for state in sorted(set(mig.LIVE_STATES + mig.TERMINAL_STATES) | set(migration_rows)):
+        for state in sorted(set(states.STATES) | set(migration_rows)):
             migrations.add_metric([state], migration_rows.get(state, 0))
         for migration_id, interface, state, n in sorted(step_rows):
             steps.add_metric([migration_id, interface, state], n)

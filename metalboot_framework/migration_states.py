@@ -17,7 +17,7 @@ machine got to the end: all were cancelled or skipped).
 No server import here: the CLI reads this module too.
 """
 
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 
 RUNNING = "running"
 PAUSED = "paused"
@@ -33,10 +33,6 @@ LIVE = (RUNNING, PAUSED, CANCELLING, HALTING)
 FINAL = (DONE, HALTED, CANCELLED)
 STATES = LIVE + FINAL
 
-#: Machine steps in which a machine ended, by how it went.
-STEPS_SUCCEEDED = fsm.SUCCEEDED
-STEPS_FAILED = fsm.FAILED
-STEPS_FINISHED = fsm.FINISHED
 
 SUCCEEDED = "succeeded"
 PARTIALLY_FAILED = "partially_failed"
@@ -47,12 +43,12 @@ RESULTS = (SUCCEEDED, PARTIALLY_FAILED, FAILED, NOT_RUN)
 
 def machines_succeeded(counts):
     """Machines of ``counts`` ({step: machines}) that ended well."""
-    return sum(counts.get(step, 0) for step in STEPS_SUCCEEDED)
+    return sum(counts.get(step, 0) for step in machine_steps.SUCCEEDED)
 
 
 def machines_failed(counts):
     """Machines of ``counts`` ({step: machines}) that ended failed."""
-    return sum(counts.get(step, 0) for step in STEPS_FAILED)
+    return sum(counts.get(step, 0) for step in machine_steps.FAILED)
 
 
 def result(counts):

@@ -14,22 +14,11 @@ from sqlalchemy import bindparam, func, select, update
 
 from metalboot_framework import inventory
 from metalboot_framework import migration_states as states
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.inventory import iso
 from metalboot_framework.store import models
 from metalboot_framework.store.unindexed import unindexed
-
-# Per-machine steps: where a machine is in its state machine.
-IN_FLIGHT = inventory.MIGRATION_IN_FLIGHT
-ACTIVE = inventory.ACTIVE_MIGRATION_STEPS
-SUCCEEDED = fsm.SUCCEEDED
-FAILED = fsm.FAILED
-FINISHED = fsm.FINISHED
-
-# Migration states (:mod:`metalboot_framework.migration_states`).
-LIVE_STATES = states.LIVE
-TERMINAL_STATES = states.FINAL
 
 MM = models.MigrationMachine
 # What creating a migration reads of each selected machine: not every column
@@ -162,7 +151,7 @@ def _busy_conflict(session, machine_ids):
     for start in range(0, len(machine_ids), 500):
         rows += session.execute(select(MM.machine_id, MM.migration_id).where(
             MM.machine_id.in_(machine_ids[start:start + 500]),
-            unindexed(MM.state).in_(ACTIVE))).all()
+            unindexed(MM.state).in_(machine_steps.ACTIVE))).all()
     if not rows:
         rows = [(mid, "another request") for mid in machine_ids[:1]]
     names = ", ".join(f"{mid} (in {mig})" for mid, mig in rows[:20])
@@ -180,9 +169,9 @@ def counts(session, migration_id):
 def view(session, migration):
     by_state = counts(session, migration.id)
     total = migration.total or 0
-    finished = sum(n for state, n in by_state.items() if state in FINISHED)
+    finished = sum(n for state, n in by_state.items() if state in machine_steps.FINISHED)
     eta = None
-    if migration.state in LIVE_STATES and finished and total > finished and migration.started_at:
+    if migration.state in states.LIVE and finished and total > finished and migration.started_at:
         elapsed = (models.utcnow() - migration.started_at).total_seconds()
         eta = models.utcnow() + datetime.timedelta(
             seconds=elapsed / finished * (total - finished))

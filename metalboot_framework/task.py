@@ -8,6 +8,10 @@ to the machine record behind the conductor's back.
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
+from sqlalchemy import select
+
+from metalboot_framework.store import models
+
 
 class BmcInfo:
     """How to reach the machine's BMC.
@@ -178,10 +182,6 @@ class BootTask:
         """``(kind, data)`` of the machine's newest event of one of ``kinds``
         (named as :meth:`event_kind` names them), or None: what a step of the
         plugin recorded for a later one (prepare for clean_up, say)."""
-        from sqlalchemy import select
-
-        from metalboot_framework.store import models
-
         names = [self.event_kind(kind) for kind in kinds]
         with self.services.db.read() as session:
             row = session.execute(

@@ -16,7 +16,7 @@ from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
 from metalboot_framework import ipxe, migration_states
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
@@ -564,7 +564,7 @@ class ErrorSchema(Schema):
 
 MIGRATION_STATES = migration_states.STATES
 MIGRATION_RESULTS = migration_states.RESULTS
-MACHINE_STEPS = fsm.ALL
+MACHINE_STEPS = machine_steps.ALL
 
 
 class MaxFailures(fields.Field):

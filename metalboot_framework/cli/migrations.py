@@ -11,14 +11,14 @@ from metalboot_framework import migration_states as states
 from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
 from metalboot_framework.cli.progress import bar, duration
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 
 #: Migration states in which nothing will change any more (with finished_at set).
 FINAL_STATES = states.FINAL
 #: Machine steps that count as failures for the exit code of watch.
-FAILED_STEPS = fsm.FAILED + (fsm.Step.CANCELLED.value,)
+FAILED_STEPS = machine_steps.FAILED + (machine_steps.Step.CANCELLED.value,)
 #: Display order of the machine steps.
-STEP_ORDER = fsm.ALL
+STEP_ORDER = machine_steps.ALL
 
 LIST_COLUMNS = [("id", "id"), ("state", states.describe), ("to", "boot_interface"),
                 ("machines", "total"),
@@ -229,7 +229,7 @@ def _eta_seconds(m):
 def progress_text(m):
     """``120/1000 machines finished (3 failed), ETA 2m13s``: counts and time left."""
     counts = m.get("counts") or {}
-    finished = sum(counts.get(step, 0) for step in states.STEPS_FINISHED)
+    finished = sum(counts.get(step, 0) for step in machine_steps.FINISHED)
     failed = states.machines_failed(counts)
     text = f"{finished}/{m.get('total') or 0} machines finished"
     if failed:

@@ -63,7 +63,7 @@ from metalboot_framework import artifacts, logs
 from metalboot_framework.api import spec
 from metalboot_framework.api.schemas import BootReportSchema, canonical_machine_id
 from metalboot_framework.cmd import common
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 from metalboot_framework.conf import CONF
 from metalboot_framework.exceptions import InvalidInput, MetalbootError, NotFound
 from metalboot_framework.store import models
@@ -79,8 +79,8 @@ _GET = ("GET", "HEAD")
 # The machines that will fetch soon: a migration prepares or activates them
 # (the index on state, updated_at).
 _MMT = models.MigrationMachine.__table__
-_BOOTING_SOON = select(_MMT.c.machine_id).where(_MMT.c.state.in_((fsm.Step.PREPARING.value,
-                                                                      fsm.Step.ACTIVATING.value)))
+_BOOTING_SOON = select(_MMT.c.machine_id).where(_MMT.c.state.in_(
+    (machine_steps.Step.PREPARING.value, machine_steps.Step.ACTIVATING.value)))
 # Above this many snapshots to check, read the revisions of all machines at once.
 SCAN_FROM = 2000
 

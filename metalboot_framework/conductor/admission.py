@@ -19,19 +19,19 @@ those nobody holds.
 from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import migration_states as states
-from metalboot_framework import migrations as mig
+from metalboot_framework import machine_steps
 from metalboot_framework.store import models
 
 _MMT = models.MigrationMachine.__table__
 _MIGRATIONS = models.Migration.__table__
 
 # Machine steps that count against the failure budget.
-FAILING = ("rolling_back",) + mig.FAILED
+FAILING = ("rolling_back",) + machine_steps.FAILED
 
 # A tick's view of a migration: counts of the steps that are few (under way,
 # failed), read through the (migration_id, state) index, and whether machines
 # are still queued -- never a count over all of them, which grows with the fleet.
-_TALLIED = tuple(dict.fromkeys(mig.IN_FLIGHT + mig.FAILED + ("cancelled",)))
+_TALLIED = tuple(dict.fromkeys(machine_steps.IN_FLIGHT + machine_steps.FAILED + ("cancelled",)))
 _TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state.in_(_TALLIED)) \
     .group_by(_MMT.c.state, _MMT.c.canary)
@@ -85,7 +85,7 @@ def queued(counts):
 
 
 def in_flight(counts):
-    return sum(n for (state, _), n in counts.items() if state in mig.IN_FLIGHT)
+    return sum(n for (state, _), n in counts.items() if state in machine_steps.IN_FLIGHT)
 
 
 def failures(counts):
@@ -162,5 +162,5 @@ def _open_slots(conn, migration_id, limit, free=0):
         return migration.options, 0, False  # the scheduler halts it on its next tick
     capacity = min(migration.options["max_parallel"] - in_flight(counts) + free, limit)
     canaries_open = any(n for (state, canary), n in counts.items()
-                        if canary and state not in mig.SUCCEEDED)
+                        if canary and state not in machine_steps.SUCCEEDED)
     return migration.options, max(capacity, 0), canaries_open

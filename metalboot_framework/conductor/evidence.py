@@ -22,7 +22,8 @@ from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
-from metalboot_framework.conductor.steps import RUNNABLE, Transition, chunks
+from metalboot_framework import machine_steps
+from metalboot_framework.conductor.steps import Transition, chunks
 from metalboot_framework.store import models
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BootTask
@@ -147,7 +148,7 @@ class EvidenceWatcher:
             dones = self.runner.apply_many(unit.session, transitions, [unit] * len(moves))
             by_migration = {}
             for w, done in zip((w for w, _, _ in moves), dones, strict=True):
-                if done is not None and done[3] in RUNNABLE:
+                if done is not None and done[3] in machine_steps.RUNNABLE:
                     by_migration.setdefault(w.migration_id, []).append(w.machine_id)
             return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
                            for mid, ids in by_migration.items()}

@@ -26,13 +26,14 @@ from sqlalchemy import func, select, update
 
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
+from metalboot_framework import machine_steps
 from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.boot_waits import BootWaits
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.evidence import EvidenceWatcher
 from metalboot_framework.conductor.removal import Remover
-from metalboot_framework.conductor.steps import RUNNABLE, StepRunner
+from metalboot_framework.conductor.steps import StepRunner
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ class Conductor:
                     self._start_queued(migration, tally)
             if full_scan:
                 self._dispatch(migration)
-            if not any(n for (state, _), n in tally.items() if state in mig.ACTIVE) or \
+            if not any(n for (state, _), n in tally.items() if state in machine_steps.ACTIVE) or \
                     migration.state in (states.CANCELLING, states.HALTING):
                 self._close_if_finished(migration)
 
@@ -319,7 +320,7 @@ class Conductor:
         with self.services.db.read() as s:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
-                .where(MM.migration_id == migration.id, MM.state.in_(RUNNABLE),
+                .where(MM.migration_id == migration.id, MM.state.in_(machine_steps.RUNNABLE),
                        models.Machine.reservation.is_(None))
                 .order_by(MM.position).limit(idle + len(self._in_flight))).all()
         for (machine_id,) in rows:
@@ -413,7 +414,7 @@ class Conductor:
     def _close_if_finished(self, migration):
         with self.services.db.read() as s:
             active = s.scalar(select(func.count()).select_from(MM).where(
-                MM.migration_id == migration.id, MM.state.in_(mig.ACTIVE)))
+                MM.migration_id == migration.id, MM.state.in_(machine_steps.ACTIVE)))
             current = s.execute(select(models.Migration.state, models.Migration.reason).where(
                 models.Migration.id == migration.id)).first()
             by_state = mig.counts(s, migration.id)

@@ -21,7 +21,8 @@ import time
 from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
-from metalboot_framework.conductor import admission, fsm
+from metalboot_framework import machine_steps
+from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import RELEASE
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
@@ -147,18 +148,9 @@ def chunks(items, size=500):
         yield items[start:start + size]
 
 
-FORWARD = fsm.FORWARD
 DONE_MESSAGES = {"validating": "{target} validated the machine",
                  "preparing": "{target} prepared", "activating": "{target} activated",
                  "verifying": "booted through {target}; {source} cleaned up"}
-RUNNABLE = fsm.RUNNABLE
-# ... and where a coroutine that waits for its machine's boot goes on too
-_RUNNABLE_OR_WAITING = fsm.IN_FLIGHT
-# A machine that failed gives its slot back to the scheduler instead of
-# refilling it, which looks at the failure budget before it starts another.
-_REFILLING = fsm.REFILLING
-_AT_REST = fsm.AT_REST
-_FINISHED = fsm.FINISHED
 
 
 @dataclasses.dataclass
@@ -192,7 +184,7 @@ class Transition:
     start: str | None = None
 
     def __post_init__(self):
-        fsm.check(self.old, self.new)
+        machine_steps.check(self.old, self.new)
 
 
 @dataclasses.dataclass
@@ -289,7 +281,7 @@ class StepRunner:
         """
         return self._jobs_of_locked(conn, migration_id, self.lock_many(conn, machine_ids))
 
-    def _jobs_of_locked(self, conn, migration_id, locked, runnable=RUNNABLE):
+    def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.RUNNABLE):
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
         those whose step is not in ``runnable`` (any more) are released in it."""
         jobs, idle = self._jobs(conn, migration_id, locked, runnable)
@@ -319,7 +311,7 @@ class StepRunner:
         self.release(idle)
         return jobs
 
-    def _jobs(self, conn, migration_id, machine_ids, runnable=RUNNABLE):
+    def _jobs(self, conn, migration_id, machine_ids, runnable=machine_steps.RUNNABLE):
         """(jobs of those of the locked ``machine_ids`` whose step is in
         ``runnable``, the ids of the others)."""
         jobs, idle = {}, []
@@ -411,7 +403,7 @@ class StepRunner:
     @property
     def _goes_on(self):
         """The states in which a machine's coroutine keeps its lock and goes on."""
-        return RUNNABLE if self.boot_waits is None else _RUNNABLE_OR_WAITING
+        return machine_steps.RUNNABLE if self.boot_waits is None else machine_steps.IN_FLIGHT
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
@@ -520,7 +512,7 @@ class StepRunner:
         committed = await self.services.awrite_batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
-            refill=job.refill and new in _REFILLING, activated_at=activated_at))
+            refill=job.refill and new in machine_steps.REFILLING, activated_at=activated_at))
         job.released = release
         if committed.done is None:
             return None  # someone else moved the machine: not ours to go on with
@@ -584,8 +576,8 @@ class StepRunner:
         if state in ("validating", "preparing", "activating"):
             if not await self._settle(job):  # the move before (committed by now)
                 return None
-            return self._finish_later(job, FORWARD[state], message)
-        return await self._finish(job, FORWARD[state], message)
+            return self._finish_later(job, machine_steps.FORWARD[state], message)
+        return await self._finish(job, machine_steps.FORWARD[state], message)
 
     async def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the
@@ -834,7 +826,7 @@ class StepRunner:
         if t.new == "awaiting_boot":
             values["deadline"] = now + datetime.timedelta(seconds=self._boot_timeout(
                 t.migration_id, t.options))
-        if t.new in _FINISHED:
+        if t.new in machine_steps.FINISHED:
             values["finished_at"] = now
         return values
 
@@ -849,7 +841,7 @@ class StepRunner:
             for target, machine_ids in by_target.items():
                 for chunk in chunks(machine_ids):
                     conn.execute(_SWITCH, dict(params, target=target, mids=chunk))
-        elif new in _AT_REST:
+        elif new in machine_steps.AT_REST:
             for machine_id in ids:
                 if old == "rolling_back":
                     conn.execute(_SOURCE_PREPARED, dict(params, mid=machine_id))

@@ -1,4 +1,4 @@
-"""The step runner against the table of :mod:`metalboot_framework.conductor.fsm`.
+"""The step runner against the table of :mod:`metalboot_framework.machine_steps`.
 
 In one process: a real SQLite store, the API app (served on loopback for the
 ``fake`` plugin's simulated boots), a conductor with its scheduler and step
@@ -22,7 +22,7 @@ from sqlalchemy import update
 from werkzeug.serving import make_server
 
 from metalboot_framework import hookimpl
-from metalboot_framework.conductor import fsm
+from metalboot_framework import machine_steps
 from metalboot_framework.conductor import manager as manager_mod
 from metalboot_framework.store import models
 from tests.conftest import ApiClient, free_port, machine_body
@@ -167,7 +167,7 @@ def test_each_scenario_takes_its_path_and_together_they_cover_the_table(world):
         assert states[machine_id] == path[-1], name
         assert world.path(machine_id) == path, name
     seen = {move for moves in world.recorder.paths.values() for move in moves}
-    table = {(t.old.value, t.new.value) for t in fsm.TRANSITIONS}
+    table = {(t.old.value, t.new.value) for t in machine_steps.TRANSITIONS}
     assert seen <= table
     not_seen = table - seen
     assert not_seen == {("queued", "cancelled"), ("validating", "rolling_back")}
@@ -196,12 +196,12 @@ def test_cancelling_cancels_the_queued_and_rolls_back_the_ones_in_flight(world):
 # The steps in which the conductor can die inside a plugin call, the move into
 # that step, and whether the runner commits that move while the step runs (so
 # that a crash may lose it): from the table.
-_INTO = {t.new.value: t.old.value for t in fsm.TRANSITIONS
-         if t.old.value in fsm.IN_FLIGHT and t.new.value in fsm.IN_FLIGHT
-         and t.new != fsm.Step.ROLLING_BACK}
-_COMMIT = {(t.old.value, t.new.value): t.commit for t in fsm.TRANSITIONS}
+_INTO = {t.new.value: t.old.value for t in machine_steps.TRANSITIONS
+         if t.old.value in machine_steps.IN_FLIGHT and t.new.value in machine_steps.IN_FLIGHT
+         and t.new != machine_steps.Step.ROLLING_BACK}
+_COMMIT = {(t.old.value, t.new.value): t.commit for t in machine_steps.TRANSITIONS}
 CRASH_POINTS = [("validating", "queued", False)] + [
-    (step, _INTO[step], _COMMIT[(_INTO[step], step)] == fsm.Commit.QUEUED)
+    (step, _INTO[step], _COMMIT[(_INTO[step], step)] == machine_steps.Commit.QUEUED)
     for step in ("preparing", "activating", "verifying")]
 STEP_CALLS = {"validating": (TARGET, "validate"), "preparing": (TARGET, "prepare"),
               "activating": (TARGET, "activate"), "verifying": (SOURCE, "clean_up")}

@@ -1,5 +1,5 @@
 """Sphinx extension: the per-machine state machine, drawn and tabulated from
-:data:`metalboot_framework.conductor.fsm.TRANSITIONS`.
+:data:`metalboot_framework.machine_steps.TRANSITIONS`.
 
 ``.. metalboot-state-machine::`` renders the Graphviz diagram
 (``sphinx.ext.graphviz``, which needs ``dot``) and the table of transitions.
@@ -14,12 +14,12 @@ class StateMachineDirective(SphinxDirective):
     has_content = False
 
     def run(self):
-        from metalboot_framework.conductor import fsm
+        from metalboot_framework import machine_steps
 
         text = [".. graphviz::", "   :align: center", ""]
-        text += ["   " + line for line in fsm.dot().splitlines()]
-        text += [""] + fsm.rst_table().splitlines()
-        container = StringList(text, source="metalboot_framework/conductor/fsm.py")
+        text += ["   " + line for line in machine_steps.dot().splitlines()]
+        text += [""] + machine_steps.rst_table().splitlines()
+        container = StringList(text, source="metalboot_framework/machine_steps.py")
         from docutils import nodes
         node = nodes.section()
         node.document = self.state.document
