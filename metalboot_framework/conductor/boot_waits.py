@@ -46,7 +46,7 @@ class _Waiting:
     machine_id: str
     target_boot_interface: str
     activated_at: object
-    options: dict  # the migration's (require_boot_report)
+    require_boot_report: bool  # the migration's option
     future: object  # on the step loop: the evidence, or None when woken
 
 
@@ -70,7 +70,7 @@ class BootWaits:
         ``(new state, reason, error, evidence id)`` of the transition that ends
         the wait, or None when woken (see :meth:`wake`)."""
         waiting = _Waiting(job.migration_id, job.machine_id, job.target, job.activated_at,
-                           job.options,
+                           bool((job.options or {}).get("require_boot_report")),
                            asyncio.get_running_loop().create_future())
         with self._lock:
             self._waiting[job.machine_id] = waiting

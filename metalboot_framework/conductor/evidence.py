@@ -33,7 +33,10 @@ _EV = models.BootEvidence.__table__
 _NEWEST_EVIDENCE = select(func.max(_EV.c.id))
 _M = models.Machine.__table__
 _WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
-                  models.Migration.target_boot_interface, models.Migration.options) \
+                  models.Migration.target_boot_interface,
+                  # the one option a look needs, not the whole JSON document
+                  models.Migration.options["require_boot_report"].as_boolean()
+                  .label("require_boot_report")) \
     .join(models.Migration, models.Migration.id == _MMT.c.migration_id) \
     .join(_M, _M.c.id == _MMT.c.machine_id) \
     .where(_MMT.c.state == "awaiting_boot", _M.c.reservation.is_(None))
@@ -52,10 +55,10 @@ def recognised(services, waiting, records):
     """The record among ``records`` (the machine's evidence, oldest first) that
     its target interface recognises as its boot, or None; ``waiting`` has the
     machine's migration_id, machine_id, target_boot_interface, activated_at and
-    the migration's options. Only records since the activation count; with the
-    option ``require_boot_report`` only boot reports (the booted system spoke,
-    not only the firmware)."""
-    reports_only = (waiting.options or {}).get("require_boot_report")
+    require_boot_report (the migration's option). Only records since the
+    activation count; with that option only boot reports (the booted system
+    spoke, not only the firmware)."""
+    reports_only = waiting.require_boot_report
     candidates = [Evidence(e.id, e.machine_id, e.interface, e.kind, e.path,
                            e.client_address, e.created_at)
                   for e in records
