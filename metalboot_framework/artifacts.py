@@ -24,14 +24,14 @@ import sqlalchemy
 from werkzeug.datastructures import Headers
 from werkzeug.utils import get_content_type
 
-from metalboot_framework.boot_interface import Artifact
 from metalboot_framework import machine_steps
+from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
 from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.task import BootTask
-from metalboot_framework.tokens import same_token
+from metalboot_framework.tokens import UNBOUND
 
 LOG = logging.getLogger(__name__)
 
@@ -186,12 +186,10 @@ def check_access(services, machine, interface, token, name, client_address=None,
     machine's current token, if the caller has it already (no HMAC then)."""
     if interface not in services.interfaces or machine is None:
         raise not_found()
-    signer = services.tokens
-    if same_token(expected, token) if expected and token else \
-            signer.verify(machine.id, machine.token_generation, interface, token):
-        return True
-    if signer.verify_unbound(machine.id, machine.token_generation, interface, token):
-        return False
+    own = services.tokens.classify(machine.id, machine.token_generation, interface, token,
+                                   expected)
+    if own is not None:
+        return own
     LOG.warning("artifact %s of machine %s requested with a wrong token from %s",
                 name, machine.id, client_address)
     raise not_found()
@@ -276,7 +274,6 @@ def content_disposition(name):
 # unbound token, see script_token) is kept for the operator but proves nothing:
 # recognise_evidence accepts fetches and reports only.
 FETCH, REPORT, UNVERIFIED = "fetch", "report", "unverified"
-UNBOUND = "unbound"  # the binding of a by-MAC fetch from an address not the machine's
 # The columns of an evidence row (the id is the database's).
 EVIDENCE_COLUMNS = ("machine_id", "interface", "kind", "path", "client_address", "data",
                     "created_at")
@@ -368,13 +365,10 @@ def check_report(services, conn, machine_id, token, boot_interface):
     services.interfaces.require(boot_interface)  # the token is bound to one
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
-    if machine is not None:
-        if services.tokens.verify(machine.id, machine.token_generation, boot_interface,
-                                  token):
-            return True
-        if services.tokens.verify_unbound(machine.id, machine.token_generation,
-                                          boot_interface, token):
-            return False
+    own = None if machine is None else services.tokens.classify(
+        machine.id, machine.token_generation, boot_interface, token)
+    if own is not None:
+        return own
     raise Unauthorized("unknown machine or wrong machine token")
 
 

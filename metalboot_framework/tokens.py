@@ -27,6 +27,8 @@ import sqlalchemy.exc
 from metalboot_framework.store import models
 
 SECRET_KEY = "machine_token_secret"
+#: the scope of a machine's unbound token, and the binding of a by-MAC fetch
+#: from an address that is not the machine's (metalboot_framework.artifacts)
 UNBOUND = "unbound"
 
 
@@ -66,9 +68,19 @@ class TokenSigner:
         return bool(token) and same_token(
             self.machine_token(machine_id, generation, interface), token)
 
-    def verify_unbound(self, machine_id, generation, interface, token):
-        return bool(token) and same_token(
-            self.unbound_token(machine_id, generation, interface), token)
+    def classify(self, machine_id, generation, interface, token, expected=None):
+        """True: ``token`` is the machine's own for ``interface``; False: its
+        unbound token (what it carries proves nothing); None: neither.
+        ``expected``: the machine's own token, if the caller has it (one HMAC
+        less)."""
+        if not token:
+            return None
+        if same_token(expected, token) if expected else \
+                self.verify(machine_id, generation, interface, token):
+            return True
+        if same_token(self.unbound_token(machine_id, generation, interface), token):
+            return False
+        return None
 
 
 def same_token(expected, given):

@@ -15,13 +15,11 @@ import uuid
 from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
-from metalboot_framework import ipxe, migration_states
-from metalboot_framework import machine_steps
+from metalboot_framework import ipxe, machine_steps, migration_states
+from metalboot_framework.conf.api import DEFAULT_MAX_PROPERTIES_SIZE
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
-NAME_RE = ipxe.NAME.pattern
-NAME_ERROR = ipxe.NAME.error
 
 BOOT_MODES = ("uefi", "bios")
 SETTABLE_STATES = ("ready", "maintenance", "enrolling")
@@ -234,10 +232,6 @@ class MachineId(fields.String):
             raise ValidationError("Not a valid UUID.")
 
 
-#: [api] max_properties_size's default, for schemas loaded outside the API.
-DEFAULT_MAX_PROPERTIES_SIZE = 64 * 1024
-
-
 def _max_properties_size():
     if has_app_context() and "metalboot" in current_app.extensions:
         return current_app.extensions["metalboot"].conf.api.max_properties_size
@@ -276,7 +270,7 @@ class BootConfigSchema(StrictSchema):
 
 
 class PartitionCreateSchema(StrictSchema):
-    id = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
+    id = fields.String(required=True, validate=grammar(ipxe.NAME))
     description = fields.String(validate=validate.Length(max=4096))
     boot = fields.Nested(BootConfigSchema)
     properties = Properties(keys=fields.String())
@@ -363,7 +357,7 @@ def _unique_nics(nics):
 class MachineCreateSchema(StrictSchema):
     id = MachineId(required=True, metadata={"description": "metal-api's machine UUID.",
                                             "format": "uuid"})
-    partition = fields.String(required=True, validate=FullMatch(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(required=True, validate=grammar(ipxe.NAME))
     bmc = fields.Nested(BmcInSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
@@ -380,7 +374,7 @@ class MachinePatchSchema(StrictSchema):
     class Meta(StrictSchema.Meta):
         openapi = {"minProperties": 1}
 
-    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=grammar(ipxe.NAME))
     bmc = fields.Nested(BmcPatchSchema, allow_none=True)
     nics = fields.List(fields.Nested(NicSchema), validate=validate.Length(max=64),
                        metadata={"description": "Replaces all NICs."})
@@ -605,7 +599,7 @@ class SelectorSchema(StrictSchema):
     machines = fields.List(MachineId(), validate=validate.Length(min=1, max=10000),
                            metadata={"description": "Machine ids; or give partition.",
                                      "uniqueItems": True})
-    partition = fields.String(validate=FullMatch(NAME_RE, error=NAME_ERROR))
+    partition = fields.String(validate=grammar(ipxe.NAME))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "With partition: only machines now on this boot interface."})
     state = fields.String(validate=validate.OneOf(("ready",)), metadata={

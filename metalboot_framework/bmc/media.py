@@ -263,8 +263,7 @@ def insert_cd(client, image_url, found=None):
             _insert_one(client, device, image_url)
             return device
         except BmcError as exc:
-            if exc.status_code not in (400, 405) or device is cds[-1] and not refusals \
-                    and len(cds) == 1:
+            if exc.status_code not in (400, 405) or len(cds) == 1:
                 raise
             LOG.info("BMC %s: %s refused the insert, trying the next device: %s",
                      client.address, device.id, exc)

@@ -91,8 +91,7 @@ class Policy:
                    b.post_retry_timeout, b.post_retry_interval, b.call_timeout,
                    max(b.connect_timeout, b.read_timeout))
 
-    def run(self, fn, *, describe, retry_busy=True, on_transient=None,
-            idempotent=True):
+    def run(self, fn, *, describe, on_transient=None, idempotent=True):
         """Call ``fn()``, retrying per this policy; ``describe()`` names the call.
 
         ``idempotent=False``: retried only when the request never reached the
@@ -103,11 +102,8 @@ class Policy:
                                                 max=self.max_interval)
         started = time.monotonic()
 
-        def busy(exc):
-            return retry_busy and is_busy_refusal(exc)
-
         def should_retry(exc):
-            if busy(exc):
+            if is_busy_refusal(exc):
                 return True
             if not idempotent:
                 return never_reached_bmc(exc) or refused_by_bmc(exc)
@@ -116,7 +112,7 @@ class Policy:
         def stop(state):
             exc = state.outcome.exception()
             spent = time.monotonic() - started
-            if busy(exc):
+            if is_busy_refusal(exc):
                 return spent + self.post_interval > self.post_timeout
             if self.call_timeout is not None and \
                     spent + wait(state) + self.attempt_timeout > self.call_timeout:
@@ -125,7 +121,7 @@ class Policy:
 
         def wait(state):
             exc = state.outcome.exception()
-            if busy(exc):
+            if is_busy_refusal(exc):
                 return self.post_interval
             return exponential(state)
 

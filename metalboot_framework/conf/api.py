@@ -2,6 +2,9 @@
 
 from oslo_config import cfg
 
+#: also what schemas loaded outside the API limit properties to
+DEFAULT_MAX_PROPERTIES_SIZE = 64 * 1024
+
 opts = [
     cfg.HostAddressOpt("host_ip", default="127.0.0.1",
                        help="Address to listen on. Any address other than a "
@@ -20,7 +23,7 @@ opts = [
                 help="Bearer tokens allowed to read only."),
     cfg.IntOpt("max_request_body_size", default=16 * 1024 * 1024, min=1024,
                 help="Largest accepted request body in bytes; larger ones get 413."),
-    cfg.IntOpt("max_properties_size", default=64 * 1024, min=1024,
+    cfg.IntOpt("max_properties_size", default=DEFAULT_MAX_PROPERTIES_SIZE, min=1024,
                help="Largest 'properties' of a machine or a partition, in bytes of "
                     "compact UTF-8 JSON: they are stored and served back with every "
                     "list. Larger ones get 422 naming the field."),

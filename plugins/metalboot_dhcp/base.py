@@ -75,14 +75,14 @@ class DhcpBootInterface(BootInterface):
     def activate(self, task):
         if self.options(task).use_bmc and task.machine.bmc and task.machine.bmc.address:
             message = bmc_mod.boot_once_and_reset(task, self.bmc_target)
-            task.record_event(f"{self.name}.activate", message, interface=self.name)
+            task.record_event("activate", message)
         else:
             why = ("it has no BMC address" if self.options(task).use_bmc
                    else f"[{self.conf_group}] use_bmc is off")
             task.record_event(
-                f"{self.name}.reset_required",
+                "reset_required",
                 f"DHCP entries for {self.name} are in place; machine {task.machine.id} "
-                f"must be reset by someone else ({why})", interface=self.name)
+                f"must be reset by someone else ({why})")
 
     def clean_up(self, task):
         errors = []
@@ -94,8 +94,8 @@ class DhcpBootInterface(BootInterface):
             try:
                 cleared = bmc_mod.clear_override(task, self.bmc_target)
                 if cleared:
-                    task.record_event(f"{self.name}.clean_up",
-                                      "cleared " + ", ".join(cleared), interface=self.name)
+                    task.record_event("clean_up",
+                                      "cleared " + ", ".join(cleared))
             except BootInterfaceError as exc:
                 errors.append(exc.message)
         if errors:

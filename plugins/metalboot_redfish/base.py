@@ -75,10 +75,10 @@ class RedfishBootInterface(BootInterface):
         if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
             return None
         found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
-        task.record_event(f"{self.name}.found_override",
+        task.record_event("found_override",
                           f"BMC {client.address} system {client.system_label}: found "
                           f"BootSourceOverride {state.enabled} {state.target}; restored by "
-                          f"clean-up", interface=self.name, override=found)
+                          f"clean-up", override=found)
         return found
 
     def found_override(self, task):
@@ -120,9 +120,8 @@ class RedfishBootInterface(BootInterface):
     def reset(self, task, client):
         wait = redfish_conf.get(task.conf).wait_for_power_on
         state = power.reset(client, wait=wait)
-        task.record_event(f"{self.name}.reset", f"BMC {client.address} reset system "
-                          f"{client.system_label}" + (f", now {state}" if state else ""),
-                          interface=self.name)
+        task.record_event("reset", f"BMC {client.address} reset system "
+                          f"{client.system_label}" + (f", now {state}" if state else ""))
 
     def get_partition_artifact(self, services, partition, name):
         if iso_mod.ISO_NAME_RE.fullmatch(name or ""):

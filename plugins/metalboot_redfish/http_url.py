@@ -103,10 +103,10 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         uri = self.expected_uri(task)
         enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
                                            http_boot_uri=uri)
-        task.record_event(f"{self.name}.override",
+        task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"BootSourceOverrideTarget=UefiHttp, Enabled={enabled}, Mode=UEFI, "
-                          f"HttpBootUri set", interface=self.name,
+                          f"HttpBootUri set",
                           quirks=client.quirks().name)
         self.reset(task, client)
 
@@ -141,7 +141,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         client = self.client(task)
         cleared = client.clear_boot_override(only_targets=(TARGET,), clear_http_boot_uri=True)
         restored = self.restore_override(task, client)
-        task.record_event(f"{self.name}.clean_up",
+        task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: cleared "
                           + (", ".join(cleared) if cleared else "nothing (already clean)")
-                          + (f"; {restored}" if restored else ""), interface=self.name)
+                          + (f"; {restored}" if restored else ""))

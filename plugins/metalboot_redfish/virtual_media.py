@@ -103,11 +103,11 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         # read after the insert: the PATCH below and the reset reuse this read
         target = self.cd_target(client.boot_state()) or "Cd"
         enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
-        task.record_event(f"{self.name}.override",
+        task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"ejected {len(ejected)}, inserted {url} into {device.id}, "
                           f"BootSourceOverrideTarget={target}, Enabled={enabled}, Mode=UEFI",
-                          interface=self.name, quirks=client.quirks().name)
+                          quirks=client.quirks().name)
         self.reset(task, client)
 
     def check_drift(self, task):
@@ -133,8 +133,8 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
                                              clear_http_boot_uri=False)
         restored = self.restore_override(task, client)
-        task.record_event(f"{self.name}.clean_up",
+        task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: ejected "
                           f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "
                           f"{', '.join(cleared) or 'no override'}"
-                          + (f"; {restored}" if restored else ""), interface=self.name)
+                          + (f"; {restored}" if restored else ""))
