@@ -67,8 +67,18 @@ def client_ip(address):
     return ip
 
 
+#: seconds for which a lease found in the file read last is trusted without a look
+RECHECK = 1.0
+
+
 class DnsmasqLeases:
     """The IPv4 leases in dnsmasq's lease file, read again when it changed.
+
+    A lease found in what was read at most :data:`RECHECK` seconds ago costs
+    no system call, so that a boot storm's fetches do not each stat a file
+    dnsmasq rewrites with every lease; an address not found there makes the
+    file be looked at (and read again if it changed) at once, so a lease
+    granted a moment ago is still seen.
 
     Lines ``<expiry> <mac> <address> <hostname> <client id>`` (DHCPv6 lines,
     after ``duid ...``, have no MAC and are skipped); expiry 0 never expires.
@@ -78,12 +88,19 @@ class DnsmasqLeases:
         self.path = path
         self._lock = threading.Lock()
         self._stamp, self._leases = None, {}
+        self._checked_at = float("-inf")  # time.monotonic() of the last look
 
-    def addresses(self, macs, now=None):
-        leases = self._current()
+    def holds(self, macs, ip, now=None):
+        """Whether one of ``macs`` holds an unexpired lease of ``ip``."""
         now = time.time() if now is None else now
-        return {ip for mac in macs for ip, expiry in leases.get(mac, ())
-                if expiry == 0 or expiry > now}
+        fresh = time.monotonic() - self._checked_at < RECHECK
+        return fresh and self._holds(self._leases, macs, ip, now) or \
+            self._holds(self._current(), macs, ip, now)
+
+    @staticmethod
+    def _holds(leases, macs, ip, now):
+        return any(leased == ip and (expiry == 0 or expiry > now)
+                   for mac in macs for leased, expiry in leases.get(mac, ()))
 
     def _current(self):
         try:
@@ -91,6 +108,7 @@ class DnsmasqLeases:
         except OSError:
             return {}
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        self._checked_at = time.monotonic()
         with self._lock:
             if stamp != self._stamp:
                 self._leases, self._stamp = self._read(), stamp
@@ -141,6 +159,6 @@ class AddressBinding:
                     and ip in network:
                 return "prefix"
         if self.leases is not None and ip.version == 4 \
-                and ip in self.leases.addresses([nic.mac for nic in nics]):
+                and self.leases.holds([nic.mac for nic in nics], ip):
             return "dhcp-lease"
         return None

@@ -4,9 +4,11 @@ client address a real connection would have."""
 
 import subprocess
 import sys
+import time
 
 import pytest
 
+from metalboot_framework import address_binding
 from metalboot_framework.address_binding import eui64_interface_id
 from tests.conftest import machine_body
 
@@ -104,6 +106,15 @@ def test_registered_nic_addresses_and_dnsmasq_leases_bind(app, api, partition, l
                           ("fd55::99", "unverified"), ("10.55.0.125", "unverified")):
         fetch_by_mac(app, "52:54:00:00:00:03", address)
         assert last_evidence(api, mid)["kind"] == kind, address
+    # a released lease is trusted no longer than RECHECK after the last look;
+    # a lease granted since the file was read is seen at once
+    leases.write_text("0 52:54:00:00:00:33 10.55.0.126 host1 *\n")
+    time.sleep(address_binding.RECHECK)
+    fetch_by_mac(app, "52:54:00:00:00:03", "10.55.0.123")
+    assert last_evidence(api, mid)["kind"] == "unverified"
+    leases.write_text("0 52:54:00:00:00:33 10.55.0.127 host1 *\n")
+    fetch_by_mac(app, "52:54:00:00:00:03", "10.55.0.127")
+    assert last_evidence(api, mid)["kind"] == "fetch"
 
 
 def test_a_bad_prefix_stops_the_server_naming_the_option(tmp_path):
