@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
@@ -223,8 +223,11 @@ class Conductor:
                     self._start_queued(migration, tally)
             if full_scan:
                 self._dispatch(migration)
-            if not any(n for (state, _), n in tally.items() if state in machine_steps.ACTIVE) or \
-                    migration.state in (states.CANCELLING, states.HALTING):
+            # cancelling and halting cancelled the queued ones above; while
+            # machines are in flight nothing can close
+            if not admission.in_flight(tally) and (
+                    not admission.queued(tally)
+                    or migration.state in (states.CANCELLING, states.HALTING)):
                 self._close_if_finished(migration)
 
     def _tally(self, migration_id):
@@ -413,12 +416,10 @@ class Conductor:
 
     def _close_if_finished(self, migration):
         with self.services.db.read() as s:
-            active = s.scalar(select(func.count()).select_from(MM).where(
-                MM.migration_id == migration.id, MM.state.in_(machine_steps.ACTIVE)))
             current = s.execute(select(models.Migration.state, models.Migration.reason).where(
                 models.Migration.id == migration.id)).first()
             by_state = mig.counts(s, migration.id)
-        if active or current is None:
+        if current is None or any(by_state.get(step) for step in machine_steps.ACTIVE):
             return
         summary = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
         if current.state == states.CANCELLING:
