@@ -154,7 +154,7 @@ class ServerProcess:
     """A metalboot-server subprocess with its own config, state dir and log."""
 
     def __init__(self, tmp_path, extra_conf="", env=None, port=None, admin_token=ADMIN,
-                 database_url=None, command="metalboot_framework.cmd.server"):
+                 database_url=None, command="metalboot_framework.cmd.server", key_file=None):
         self.tmp_path = tmp_path
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -162,12 +162,13 @@ class ServerProcess:
         self.log_path = tmp_path / "server.log"
         self.conf_path = tmp_path / "metalboot.conf"
         tokens = f"admin_tokens = {admin_token}\nreader_tokens = {READER}\n" if admin_token else ""
-        # one BMC password key for every server of a test: they may share a
-        # database (several conductors, a restart on PostgreSQL), as hosts
-        # sharing one copy the key file
+        # one BMC password key for every server of a test unless it says
+        # otherwise: they may share a database (several conductors, a restart
+        # on PostgreSQL), as hosts sharing one copy the key file
+        self.key_file = key_file or tmp_path.parent / "bmc-password.key"
         database = ("[database]\n"
                     + (f"connection = {database_url}\n" if database_url else "")
-                    + f"bmc_password_key_file = {tmp_path.parent / 'bmc-password.key'}\n")
+                    + f"bmc_password_key_file = {self.key_file}\n")
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
             f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"

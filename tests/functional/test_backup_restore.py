@@ -3,7 +3,9 @@ server's PostgreSQL database and ``pg_restore`` into a new one; the
 ``sqlite3`` shell's online ``.backup`` of a running server's SQLite file. A
 server on the restored database has every machine, migration, event and
 piece of evidence, and the per-machine URLs it gave out before still work
-(the secret that signs their tokens is in the database)."""
+(the secret that signs their tokens is in the database). The BMC password key
+file is part of the backup: without it the restored server refuses to start,
+with it it opens the passwords again."""
 
 import shutil
 import subprocess
@@ -66,6 +68,16 @@ def boot_url(server, signer, machine_id):
     return f"{server.url}/boot/{machine_id}/fake-alt/{token}/boot.ipxe"
 
 
+def start_with_the_backups_key(restored, original):
+    """The restored database alone does not start (its BMC passwords are sealed
+    with a key it does not have); with the key file of the backup it does."""
+    restored.start(wait=False)
+    assert restored.proc.wait(timeout=60) != 0
+    assert "key file" in restored.log() and "is missing" in restored.log()
+    shutil.copy(original.key_file, restored.key_file)
+    restored.start()
+
+
 def check_restored(restored, ids, migration_id, before, signer):
     assert everything(restored, migration_id, ids) == before
     # the token a machine was given before the backup still opens its boot script
@@ -92,7 +104,9 @@ def test_pg_dump_of_a_running_server_and_pg_restore(server_factory, postgres, tm
                           new_url.rsplit("/", 1)[1], str(dump)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    restored = server_factory(database_url=new_url, extra_conf=CONF).start()
+    restored = server_factory(database_url=new_url, extra_conf=CONF,
+                              key_file=tmp_path / "restored.key")
+    start_with_the_backups_key(restored, server)
     check_restored(restored, ids, migration_id, before, signer)
 
 
@@ -108,8 +122,9 @@ def test_sqlite_online_backup_of_a_running_server(server_factory, tmp_path):
                           f".backup '{backup}'"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     server.stop()
-    restored = server_factory(database_url=None, extra_conf=CONF)
+    restored = server_factory(database_url=None, extra_conf=CONF,
+                              key_file=tmp_path / "restored.key")
     restored.state.mkdir()
     shutil.copy(backup, restored.state / "metalboot.sqlite")
-    restored.start()
+    start_with_the_backups_key(restored, server)
     check_restored(restored, ids, migration_id, before, signer)
