@@ -16,6 +16,9 @@ import textwrap
 
 import pytest
 
+# starts processes as root under another user (CI runs as root)
+pytestmark = pytest.mark.functional
+
 BACKEND = textwrap.dedent("""
     import json, sys
     from metalboot_framework.conf import CONF
@@ -50,6 +53,8 @@ BACKEND = textwrap.dedent("""
 def kea_of_another_user(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("needs root (setpriv to another user), as CI runs")
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv is not installed (Debian package util-linux)")
     daemon = pwd.getpwnam("daemon")
     proc = subprocess.Popen([shutil.which("setpriv"), f"--reuid={daemon.pw_uid}",
                              f"--regid={daemon.pw_gid}", "--clear-groups", "sleep", "120"])
