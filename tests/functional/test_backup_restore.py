@@ -15,7 +15,7 @@ import requests
 
 from metalboot_framework.testing.simulator import SimulatedFleet
 from tests.conftest import signer_of
-from tests.functional.test_migrations import migrate, setup_machines, wait_for
+from tests.functional.test_migrations import all_events, migrate, setup_machines, wait_for
 from tests.pgserver import _bin
 
 pytestmark = pytest.mark.functional
@@ -36,20 +36,12 @@ def paged(server, path, key):
 
 def everything(server, migration_id, ids):
     """What a restore must bring back, as the API shows it."""
-    feed, cursor = [], 0
-    while True:
-        body = server.request("GET", "/v1/events", params={"since": cursor,
-                                                           "limit": 1000}).json()
-        if not body["events"]:
-            break
-        feed += body["events"]
-        cursor = body["next_cursor"]
     return {
         "machines": paged(server, "/v1/machines", "machines"),
         "migration": server.request("GET", f"/v1/migrations/{migration_id}").json(),
         "migration machines": paged(server, f"/v1/migrations/{migration_id}/machines",
                                     "machines"),
-        "events": feed,
+        "events": all_events(server),
         "evidence": {mid: server.request("GET", f"/v1/machines/{mid}/evidence").json()
                      for mid in ids},
     }

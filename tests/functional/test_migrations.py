@@ -63,6 +63,28 @@ def machine_states(server, migration_id):
             return out
 
 
+def all_events(server, **params):
+    """Every event of ``GET /v1/events`` with ``params`` (a migration_id, say),
+    read by cursor to the end."""
+    feed, cursor = [], 0
+    while True:
+        body = server.request("GET", "/v1/events", params={
+            **params, "since": cursor, "limit": 1000}).json()
+        if not body["events"]:
+            return feed
+        feed += body["events"]
+        cursor = body["next_cursor"]
+
+
+def moves_by_machine(events):
+    """{machine id: [(old, new), ...]} of the migration.step events, in order."""
+    moves = {}
+    for e in events:
+        if e["kind"] == "migration.step":
+            moves.setdefault(e["machine_id"], []).append((e["data"]["old"], e["data"]["new"]))
+    return moves
+
+
 def steps_of(server, machine_id):
     events = server.request("GET", f"/v1/machines/{machine_id}/events",
                             params={"limit": 1000}).json()["events"]

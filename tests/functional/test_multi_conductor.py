@@ -1,13 +1,13 @@
 """Several conductors and an API process sharing a real PostgreSQL database."""
 
-import collections
 import signal
 import time
 
 import pytest
 
 from metalboot_framework.testing.simulator import FETCH, SILENT, SimulatedFleet
-from tests.functional.test_migrations import machine_states, migrate, setup_machines, wait_for
+from tests.functional.test_migrations import (all_events, machine_states, migrate,
+                                              moves_by_machine, setup_machines, wait_for)
 
 pytestmark = pytest.mark.functional
 
@@ -52,23 +52,9 @@ def test_two_conductors_one_killed(server_factory, postgres):
     assert set(final["counts"]) <= {"done", "rolled_back"}, final["counts"]
     per = machine_states(api, m["id"])
     assert {mid for mid in ids if per[mid]["state"] == "rolled_back"} >= silent
-    events = api.request("GET", "/v1/events", params={"migration_id": m["id"], "limit": 1000})
-    feed = []
-    cursor = 0
-    while True:
-        body = api.request("GET", "/v1/events", params={"migration_id": m["id"], "since": cursor,
-                                                        "limit": 1000}).json()
-        if not body["events"]:
-            break
-        feed += body["events"]
-        cursor = body["next_cursor"]
-    assert events.status_code == 200
-    steps = collections.defaultdict(list)
-    for e in feed:
-        if e["kind"] == "migration.step":
-            steps[e["machine_id"]].append((e["data"]["old"], e["data"]["new"]))
+    steps = moves_by_machine(all_events(api, migration_id=m["id"]))
     for mid in ids:
-        transitions = steps[mid]
+        transitions = steps.get(mid, [])
         # each transition once: no step was carried out twice in one attempt
         assert len(transitions) == len(set(transitions)), (mid, transitions)
         machine = api.request("GET", f"/v1/machines/{mid}").json()

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from metalboot_framework.testing.simulator import FETCH, SimulatedFleet
-from tests.functional.test_migrations import machine_states, migrate, setup_machines, wait_for
+from tests.functional.test_migrations import (all_events, machine_states, migrate,
+                                              moves_by_machine, setup_machines, wait_for)
 
 pytestmark = pytest.mark.functional
 
@@ -67,17 +68,6 @@ def held_by(api, host):
     return [m["id"] for m in machines if (m["lock"] or {}).get("holder") == host]
 
 
-def all_events(api, migration_id):
-    feed, cursor = [], 0
-    while True:
-        body = api.request("GET", "/v1/events", params={
-            "migration_id": migration_id, "since": cursor, "limit": 1000}).json()
-        if not body["events"]:
-            return feed
-        feed += body["events"]
-        cursor = body["next_cursor"]
-
-
 def test_rolling_restart_of_conductors_during_a_migration(server_factory, postgres):
     url = postgres.create_database()
     api = server_factory(command="metalboot_framework.cmd.api", database_url=url,
@@ -122,10 +112,7 @@ def test_rolling_restart_of_conductors_during_a_migration(server_factory, postgr
     assert final["counts"] == {"done": MACHINES}, final["counts"]
     per = machine_states(api, m["id"])
     assert {mid: per[mid]["state"] for mid in ids} == {mid: "done" for mid in ids}
-    steps = collections.defaultdict(list)
-    for event in all_events(api, m["id"]):
-        if event["kind"] == "migration.step":
-            steps[event["machine_id"]].append((event["data"]["old"], event["data"]["new"]))
+    steps = collections.defaultdict(list, moves_by_machine(all_events(api, migration_id=m["id"])))
     for mid in ids:
         # each transition once: no step was carried out twice, none skipped
         assert len(steps[mid]) == len(set(steps[mid])), (mid, steps[mid])
