@@ -307,8 +307,9 @@ def register_machines(services, items, many):
         _check_nic_conflicts(s, items, prefix)
         # sealed in the write transaction: a key rotation finishes with a write
         # transaction of its own, after which no row may hold a retired key
-        sealed = [{**row, "bmc_password": services.password_key.seal(row["bmc_password"])}
-                  if row["bmc_password"] is not None else row for row in machine_rows]
+        passwords = services.password_key.seal_many([row["bmc_password"] for row in machine_rows])
+        sealed = [{**row, "bmc_password": password}
+                  for row, password in zip(machine_rows, passwords, strict=True)]
         s.execute(insert(models.Machine), sealed)
         if nic_rows:
             s.execute(insert(models.Nic), nic_rows)

@@ -125,10 +125,16 @@ class PasswordKey:
 
     def seal(self, password):
         """The token stored for ``password`` (None stays None)."""
-        if password is None:
-            return None
+        return self.seal_many([password])[0]
+
+    def seal_many(self, passwords):
+        """:meth:`seal` of each of ``passwords``, the key file looked at once
+        (a registration of thousands of machines in one transaction)."""
         self._reload_if_changed()  # a rotation may have added a key
-        return self._fernet.encrypt(password.encode("utf-8")).decode("ascii")
+        fernet = self._fernet
+        return [None if password is None else
+                fernet.encrypt(password.encode("utf-8")).decode("ascii")
+                for password in passwords]
 
     def open(self, sealed):
         """The password of a stored token (None stays None)."""
