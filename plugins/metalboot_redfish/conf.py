@@ -27,13 +27,13 @@ opts = [
                     "'efi' = the machine's URL of the bare iPXE EFI binary, for "
                     "firmware that cannot boot ISOs over HTTP (iPXE then needs "
                     "DHCP to find its script)."),
-    cfg.StrOpt("http_boot_base_url", default="",
+    cfg.URIOpt("http_boot_base_url", schemes=["http", "https"],
                help="Base URL of the HttpBootUri that redfish-http-url gives the BMC, "
                     "in place of [api] public_url, e.g. https://boot.example:8443 "
                     "for a TLS front of the boot server, so that the firmware "
                     "fetches over HTTPS (it must trust the server's CA, see "
                     "doc/metal-hammer.rst) while iPXE and the booted system keep "
-                    "public_url. Empty: public_url."),
+                    "public_url. Unset: public_url."),
     cfg.BoolOpt("wait_for_power_on", default=True,
                 help="activate waits until the BMC reports the system On after the "
                      "reset ([bmc] power_timeout)."),
