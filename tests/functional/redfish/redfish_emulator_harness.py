@@ -115,9 +115,17 @@ class Emulator:
                 self.proc.wait(5)
 
     # -- reading the emulator's state directly --------------------------------
-    def get(self, path):
+    def get(self, path, attempts=3):
+        """A resource as the emulator shows it. A 5xx answer is read again: the
+        stock emulator keeps its systems in a SQLite-backed dict that its
+        request threads share, and now and then answers a read with 500; an
+        observer of its state reads again, as the plugins' retries do."""
         auth = self.auth if self.auth else None
-        r = requests.get(self.url + path, auth=auth, timeout=5)
+        for attempt in range(attempts):
+            r = requests.get(self.url + path, auth=auth, timeout=5)
+            if r.status_code < 500 or attempt == attempts - 1:
+                break
+            time.sleep(0.1)
         r.raise_for_status()
         return r.json()
 

@@ -86,9 +86,8 @@ class RedfishMachineSimulator:
     CHAIN_RE = re.compile(r"\bchain\s+(\S+)")
     MAC_VARIABLE_RE = re.compile(r"\$\{net(\$\{idx\}|\d+)/mac\}")
 
-    def __init__(self, emulators_and_systems, auth=(BMC_USER, BMC_PASSWORD), interval=0.05):
-        self.targets = list(emulators_and_systems)  # (emulator, system dict)
-        self.auth = auth
+    def __init__(self, emulators_and_systems, interval=0.05):
+        self.targets = list(emulators_and_systems)  # (emulator, system dict; its BMC's auth)
         self.interval = interval
         self.boots = []
         self.errors = []
@@ -121,10 +120,9 @@ class RedfishMachineSimulator:
         with self._lock:
             return [b for b in self.boots if b[0] == system_uuid]
 
-    def _get(self, emulator, path):
-        r = requests.get(emulator.url + path, auth=self.auth, timeout=5)
-        r.raise_for_status()
-        return r.json()
+    @staticmethod
+    def _get(emulator, path):
+        return emulator.get(path)
 
     def _watch(self, emulator, system):
         path = f"/redfish/v1/Systems/{system['uuid']}"
