@@ -46,6 +46,7 @@ import sushy
 from benchmarks.common import (SUMMARY_HEADER, MetalbootServer, cpu_seconds, fmt, free_port,
                                loadavg, mac, machine_id, partition_iso, peak_rss_mb, table,
                                verdict)
+from metalboot_framework.cli.demo.emulator import emulator_config
 
 VMEDIA = "redfish-virtual-media-ipxe"
 IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
@@ -82,12 +83,8 @@ class Emulators:
                 os.makedirs(os.path.join(d, "tmp"))
                 conf = os.path.join(d, "emulator.conf")
                 with open(conf, "w") as f:
-                    f.write(f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
-                            f"SUSHY_EMULATOR_LISTEN_PORT = {port}\n"
-                            f"SUSHY_EMULATOR_FAKE_DRIVER = True\n"
-                            f"SUSHY_EMULATOR_STATE_DIR = {os.path.join(d, 'state')!r}\n"
-                            f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems[e]!r}\n"
-                            f"SUSHY_EMULATOR_POWER_DELAY = (0.2, 0.6)\n")
+                    f.write(emulator_config(port, os.path.join(d, "state"), systems[e])
+                            + "SUSHY_EMULATOR_POWER_DELAY = (0.2, 0.6)\n")
                 log_path = os.path.join(d, "emulator.log")
                 with open(log_path, "ab") as log:
                     # downloaded media land in TMPDIR: keep them in the work dir
@@ -191,10 +188,10 @@ class SimulatedMachines:
     def _chain_template(self, image):
         with self.chain_lock:
             if image not in self.chain:
-                from metalboot_framework.cli.demo import _autoexec_from_iso
+                from metalboot_framework.cli.demo.firmware import autoexec_from_iso
                 iso = self.session.get(image, timeout=60)
                 iso.raise_for_status()
-                match = self.CHAIN_RE.search(_autoexec_from_iso(iso.content))
+                match = self.CHAIN_RE.search(autoexec_from_iso(iso.content))
                 self.chain[image] = match.group(1) if match else None
             return self.chain[image]
 
