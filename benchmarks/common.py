@@ -182,8 +182,8 @@ def cpu_probe():
     """Seconds a fixed CPU-bound loop (5 million additions) takes in this
     process, best of three: a neighbour on the same cores shows here even when
     the hypervisor reports no steal (a sibling hyperthread, a shared cache).
-    Compare it between runs on one machine (about 0.11 s on this project's when
-    quiet, 0.20 s beside a busy neighbour)."""
+    Compare it only between runs on one machine: a busy neighbour can nearly
+    double it."""
     def once():
         started = time.perf_counter()
         total = 0

@@ -1,8 +1,8 @@
 """The conductor's batch operations, one at a time in one thread: CPU per machine.
 
 The migration benchmarks run 500 worker threads on two shared cores, and their
-figures vary by 15-30% from run to run on a busy machine: a change worth 5%
-cannot be seen there. This one measures, on a SQLite database in a temporary
+figures vary by tens of percent from run to run on a busy machine: a change
+worth a few percent cannot be seen there. This one measures, on a SQLite database in a temporary
 directory, the CPU (``time.process_time``, best of several rounds) of what
 the scheduler and the group commit do for every machine of a migration:
 
@@ -17,7 +17,7 @@ the scheduler and the group commit do for every machine of a migration:
 
 Run it before and after a change, on the same machine: ``python -m
 benchmarks.conductor_ops``. The figures are what the work costs alone; in a
-process with 500 threads the same work costs two to three times as much.
+process with hundreds of threads the same work costs more.
 """
 
 import argparse

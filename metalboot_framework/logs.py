@@ -225,9 +225,9 @@ _STOP = object()  # queued by _Listener.stop: what is queued before it is writte
 class _Listener:
     """The thread that writes queued records with ``handler``: what it finds
     queued, at once -- for a plain :class:`logging.StreamHandler` one write and
-    one flush for all of it. A line a write was a system call a line, and each
-    a hand-over of the GIL in a process whose conductor logs a line per
-    machine and step. Records are written in the order they were queued."""
+    one flush for all of it: a write per line would be a system call per line,
+    and each a hand-over of the GIL in a process whose conductor logs a line
+    per machine and step. Records are written in the order they were queued."""
 
     BATCH = 512  # records at most in one write
 

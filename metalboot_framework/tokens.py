@@ -6,7 +6,7 @@ process signs alike), so nothing secret is stored per machine and bumping the
 generation revokes every token the machine had. The token reaches the machine
 only inside what it boots through that interface (the artifact URL and the
 kernel command line of boot.ipxe). Binding it to the interface keeps a
-token read from the script of the interface a machine boots today from
+token read from the script of the interface a machine boots now from
 proving a boot through the one it is being migrated to.
 
 Scripts looked up by MAC (for ISOs shared by a partition) are served without

@@ -3,7 +3,7 @@
 Every log line of the process is scrubbed (:func:`metalboot_framework.logs.redact`),
 and a fleet may have one password per BMC: the registered passwords are found
 with one Aho-Corasick pass over the text (pyahocorasick), not one search per
-password (10,000 searches cost about 3 ms a line). Passwords registered since
+password, whose cost per line would grow with the fleet. Passwords registered since
 the automaton was built are searched one by one until there are
 :data:`REBUILD_AFTER` of them; then the automaton is built again.
 """

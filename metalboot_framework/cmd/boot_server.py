@@ -107,8 +107,8 @@ class BatchCache:
     The checks begin every half ``ttl`` (from one beginning to the next, not
     from one's end), so that a check may take up to half ``ttl`` and still
     renew the entries before they expire: in a storm the check's thread waits
-    for the GIL, and a check of 10,000 machines took 165 ms on average and up
-    to 390 ms; begun at 0.8 ``ttl``, it let 40% of the requests miss."""
+    for the GIL behind the requests, so a check of many machines takes a good
+    part of ``ttl``, and one begun later would let requests miss."""
 
     STALE_KEEP = 120.0  # seconds an expired entry is kept for ``load``
     REFRESH_AT = 0.5  # of ``ttl``: the time between two beginnings of the background check

@@ -44,8 +44,8 @@ class Outcome:
     """What one caller's work came to, once its batch committed: the part of
     :class:`concurrent.futures.Future` the group commit needs (``result``,
     ``done``, ``add_done_callback``), on one bare lock held until it is set.
-    A Future makes a Condition with an RLock of its own for each caller,
-    which was a third of a conductor worker's time in the GIL."""
+    A Future makes a Condition with an RLock of its own for each caller: work
+    in the GIL on every write, for what one lock does."""
 
     __slots__ = ("_set", "_value", "_error", "_callbacks", "_done")
 

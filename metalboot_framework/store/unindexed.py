@@ -4,7 +4,7 @@ Without statistics (no ANALYZE) SQLite guesses how many rows an index
 range holds, and for ``migration_id = ? AND machine_id IN (a, b, c) AND
 state = ?`` it guesses that the (migration_id, state) index finds fewer rows
 than three primary-key lookups: it then reads every machine of the migration in
-that state (up to all of them, 2 ms for 10,000) to change three. A condition
+that state (up to all of them) to change three. A condition
 on ``unindexed(state)`` still filters the rows but cannot choose the index
 (SQLite's unary ``+``, the documented way to disqualify a term); other
 databases, which plan by statistics, get the plain column.

@@ -499,7 +499,7 @@ def test_background_refresh_slower_than_a_fifth_of_the_ttl_still_keeps_entries()
     """A check that takes 0.3 ttl (a storm: its thread waits for the GIL) renews
     the entries before they expire: checks begin every half ttl, counted from
     one beginning to the next. Begun 0.8 ttl after the previous one ended, the
-    entry expired before each check's answer and every fetch loaded it again."""
+    entry would expire before each check's answer and every fetch load it again."""
     from metalboot_framework.cmd.boot_server import BatchCache
 
     loads = []

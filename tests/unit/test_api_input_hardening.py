@@ -1,5 +1,5 @@
-"""Request bodies and values that once got a 500, were stored unusable, or
-reached further than they should: each now gets a 4xx naming what is wrong."""
+"""Request bodies and values that could get a 500, be stored unusable, or
+reach further than they should: each gets a 4xx naming what is wrong."""
 
 import io
 import logging

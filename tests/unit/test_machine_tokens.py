@@ -22,7 +22,7 @@ def _evidence(services):
 
 
 def test_a_token_proves_a_boot_through_its_own_interface_only(app, api, services, partition):
-    """The by-MAC script (no token needed) of the interface a machine is on today
+    """The by-MAC script (no token needed) of the interface a machine is on now
     holds a token: it must not prove a boot through the interface it is being
     migrated to."""
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]

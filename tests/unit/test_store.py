@@ -178,7 +178,7 @@ def test_nowait_write_never_waits_and_leaves_no_pragma_behind(tmp_path):
 
 def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
     """Downgrades that drop machine columns must not copy the machines table:
-    on SQLite dropping the old copy deleted every NIC (ON DELETE CASCADE)."""
+    on SQLite dropping the old copy would delete every NIC (ON DELETE CASCADE)."""
     db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
     db.upgrade()
     try:

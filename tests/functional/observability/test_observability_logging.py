@@ -169,8 +169,8 @@ def test_queued_lines_are_made_in_the_logging_thread_and_written_by_the_listener
 
 
 def test_queued_lines_are_written_together_in_their_order():
-    """What the listener finds queued is one write (a line a write was a system
-    call a line for a conductor logging a line per machine and step)."""
+    """What the listener finds queued is one write (a write per line would be a
+    system call per line for a conductor logging a line per machine and step)."""
     import io
 
     writes = []
