@@ -31,9 +31,10 @@ from benchmarks.common import fmt, table
 from metalboot_framework import logs
 from metalboot_framework.conductor.manager import Conductor
 from metalboot_framework.conductor.steps import RELEASE_MANY, StepRunner, Transition
-from metalboot_framework.services import Services, UnitOfWork, insert_events
+from metalboot_framework.services import Services
 from metalboot_framework.store import models
 from metalboot_framework.testing.conformance import make_conf
+from metalboot_framework.transactions import UnitOfWork, insert_events
 
 BATCH = 500
 

@@ -27,8 +27,8 @@ from werkzeug.utils import get_content_type
 from metalboot_framework import machine_steps
 from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound
-from metalboot_framework.services import machine_info, partition_info
 from metalboot_framework.store import driver_insert, models
+from metalboot_framework.snapshots import machine_info, partition_info
 from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.task import BootTask
 from metalboot_framework.tokens import UNBOUND

@@ -1,4 +1,5 @@
-"""The event feed: every event once, in order, behind a stable integer cursor.
+"""The event feed: every event once, in order, behind a stable integer cursor,
+and each event as the API and the hooks show it.
 
 With SQLite one writer commits at a time, so event ids grow in commit order
 and the id is the cursor. With PostgreSQL, processes commit concurrently: an
@@ -14,6 +15,7 @@ advisory lock), so a cursor once passed is never crossed by a new event.
 from sqlalchemy import select, text
 
 from metalboot_framework.store import models
+from metalboot_framework.timestamps import iso
 
 EVENTS = models.Event.__table__
 
@@ -51,3 +53,10 @@ def read(services, since=0, limit=100, machine_id=None, migration_id=None):
     with services.db.read_conn() as conn:
         rows = conn.execute(q).all()
     return rows, (rows[-1].position if rows else since)
+
+
+def event_dict(ev):
+    """An event as GET /v1/events shows it and as hooks receive it."""
+    return {"id": ev.id, "kind": ev.kind, "message": ev.message,
+            "machine_id": ev.machine_id, "migration_id": ev.migration_id,
+            "data": ev.data, "created_at": iso(ev.created_at)}

@@ -11,18 +11,14 @@ import types
 from sqlalchemy import delete, func, insert, select
 
 from metalboot_framework import machine_steps
+from metalboot_framework.feed import event_dict
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.store.unindexed import unindexed
+from metalboot_framework.timestamps import iso
 
 # What a migration relies on staying put while it runs.
 MIGRATION_FROZEN_FIELDS = frozenset({"boot_interface", "partition", "nics", "boot_mode", "bmc"})
-
-
-def iso(value):
-    if value is None:
-        return None
-    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 # -- partitions ---------------------------------------------------------------
@@ -324,7 +320,6 @@ def register_machines(services, items, many):
 
 
 def _notify_events(services, machine_ids, kind):
-    from metalboot_framework.services import event_dict
     with services.db.read() as s:
         for start in range(0, len(machine_ids), 500):
             for ev in s.scalars(select(models.Event).where(
@@ -512,6 +507,5 @@ def machine_evidence(services, machine_id, since=0, limit=100):
 
 
 def machine_events(services, machine_id, since=0, limit=100):
-    from metalboot_framework.services import event_dict
     rows = _machine_history(services, machine_id, models.Event, since, limit)
     return [event_dict(ev) for ev in rows], (rows[-1].id if rows else since)

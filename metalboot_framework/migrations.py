@@ -16,9 +16,9 @@ from metalboot_framework import inventory
 from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
-from metalboot_framework.inventory import iso
 from metalboot_framework.store import models
 from metalboot_framework.store.unindexed import unindexed
+from metalboot_framework.timestamps import iso
 
 MM = models.MigrationMachine
 # What creating a migration reads of each selected machine: not every column

@@ -7,8 +7,8 @@ import uuid
 from flask import Flask, g, request
 
 from metalboot_framework import logs
-from metalboot_framework.api import (boot, boot_interfaces, dashboard, errors, events, machines,
-                                     metrics, migrations, partitions, root)
+from metalboot_framework.api import (bearer_tokens, boot, boot_interfaces, dashboard, errors,
+                                     events, machines, metrics, migrations, partitions, root)
 from metalboot_framework.exceptions import NotFound
 
 LOG = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def create_app(services, extra_blueprints=()):
     """Build the WSGI app around ``services`` (see metalboot_framework.services)."""
     app = Flask("metalboot_framework")
     app.config["MAX_CONTENT_LENGTH"] = services.conf.api.max_request_body_size
-    app.config["METALBOOT_TOKENS"] = services.api_tokens()
+    app.config["METALBOOT_TOKENS"] = bearer_tokens.api_tokens(services.conf)
     logs.register_secret(*app.config["METALBOOT_TOKENS"][0], *app.config["METALBOOT_TOKENS"][1])
     app.json.sort_keys = False
     app.extensions["metalboot"] = services

@@ -5,7 +5,6 @@ from flask import Blueprint, jsonify
 from metalboot_framework import feed as feed_mod
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
-from metalboot_framework.services import event_dict
 
 bp = Blueprint("events", __name__)
 
@@ -23,4 +22,4 @@ def list_events(query):
         services, since=query["since"],
         limit=query.get("limit", services.conf.api.default_page_size),
         machine_id=query.get("machine_id"), migration_id=query.get("migration_id"))
-    return jsonify({"events": [event_dict(ev) for ev in rows], "next_cursor": cursor})
+    return jsonify({"events": [feed_mod.event_dict(ev) for ev in rows], "next_cursor": cursor})

@@ -26,10 +26,10 @@ from metalboot_framework.conductor import admission
 from metalboot_framework.conductor.at_rest import RELEASE
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
-from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.store.unindexed import unindexed
+from metalboot_framework.transactions import UnitOfWork
 
 LOG = logging.getLogger(__name__)
 

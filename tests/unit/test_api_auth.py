@@ -75,7 +75,7 @@ def test_generated_admin_token_when_none_configured(conf, tmp_path):
     assert client.get("/v1/machines", headers={"Authorization": f"Bearer {token}"}) \
         .status_code == 200
     # a second start reuses it
-    assert Services.from_conf(conf).api_tokens()[0] == [token]
+    assert create_app(services).config["METALBOOT_TOKENS"][0] == [token]
 
 
 def test_server_root_names_the_dashboard_and_the_api(app):

@@ -251,8 +251,8 @@ def test_deferred_events_are_the_rows_a_single_insert_writes(tmp_path, database_
     multi-row path there)."""
     import datetime
 
-    from metalboot_framework.services import UnitOfWork, insert_events
     from metalboot_framework.store import driver_insert
+    from metalboot_framework.transactions import UnitOfWork, insert_events
 
     monkeypatch.setattr(driver_insert, "ROWS_PER_STATEMENT", 2)
     db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")

@@ -22,7 +22,7 @@ import bcrypt
 import pytest
 import requests
 
-from metalboot_framework.services import partition_info
+from metalboot_framework.snapshots import partition_info
 from metalboot_framework.store import models
 from tests import redfish_conf as redfish_conf_mod
 

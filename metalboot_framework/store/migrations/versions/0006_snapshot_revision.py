@@ -22,7 +22,7 @@ down_revision = '0005'
 branch_labels = None
 depends_on = None
 
-# The columns MachineInfo and PartitionInfo (metalboot_framework.services) are made of.
+# The columns MachineInfo and PartitionInfo (metalboot_framework.snapshots) are made of.
 MACHINE_COLUMNS = ("partition_id", "bmc_address", "bmc_username", "bmc_password",
                    "bmc_verify_tls", "boot_interface", "boot_mode", "state",
                    "prepared_interface", "properties", "token_generation")
