@@ -29,8 +29,9 @@ import time
 
 from benchmarks.common import fmt, table
 from metalboot_framework import logs
+from metalboot_framework.conductor import machine_lock
 from metalboot_framework.conductor.manager import Conductor
-from metalboot_framework.conductor.steps import RELEASE_MANY, StepRunner, Transition
+from metalboot_framework.conductor.steps import StepRunner, Transition
 from metalboot_framework.services import Services, UnitOfWork, insert_events
 from metalboot_framework.store import models
 from metalboot_framework.testing.conformance import make_conf
@@ -100,7 +101,7 @@ def run(count=10000, rounds=10):
             jobs = runner.claim_many(conn, "g", batch)
             spent = time.process_time() - started
             assert len(jobs) == BATCH
-            conn.execute(RELEASE_MANY, {"mids": batch, "host": "bench-host"})
+            machine_lock.release(conn, batch, "bench-host")
         return spent
 
     figures = {}

@@ -23,7 +23,9 @@ from sqlalchemy import bindparam, func, select
 from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor.steps import Transition, chunks
+from metalboot_framework.conductor import machine_lock
+from metalboot_framework.conductor.steps import Transition
+from metalboot_framework.store.many_rows import chunks
 from metalboot_framework.store import models
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BootTask
@@ -153,7 +155,7 @@ class EvidenceWatcher:
             for w, done in zip((w for w, _, _ in moves), dones, strict=True):
                 if done is not None and done[3] in machine_steps.RUNNABLE:
                     by_migration.setdefault(w.migration_id, []).append(w.machine_id)
-            return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
+            return dones, {mid: (ids, machine_lock.take(unit.session, ids, self.runner.host))
                            for mid, ids in by_migration.items()}
 
         dones, locked = self.services.write_grouped(move)  # announced once committed

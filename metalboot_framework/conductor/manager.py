@@ -27,7 +27,7 @@ from sqlalchemy import select, update
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor import admission
+from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.boot_waits import BootWaits
 from metalboot_framework.conductor.enrolment import Enroller
@@ -110,8 +110,7 @@ class Conductor:
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
-            s.execute(update(models.Machine).where(models.Machine.reservation == self.host)
-                      .values(reservation=None, reserved_at=None))
+            machine_lock.release_all(s, self.host)
 
     def _register(self):
         """Record this conductor as live; release locks a previous run left behind."""
@@ -125,9 +124,7 @@ class Conductor:
             else:
                 row.started_at = row.heartbeat_at = now
                 row.online = True
-            released = s.execute(update(models.Machine)
-                                 .where(models.Machine.reservation == self.host)
-                                 .values(reservation=None, reserved_at=None)).rowcount
+            released = machine_lock.release_all(s, self.host)
         if released:
             LOG.warning("released %d machine lock(s) left by a previous run of %s",
                         released, self.host)
@@ -149,14 +146,8 @@ class Conductor:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(heartbeat_at=now, online=True))
             self._release_leaked(s, now)
-            dead = list(s.scalars(select(models.Conductor.hostname).where(
-                models.Conductor.heartbeat_at < limit, models.Conductor.online.is_(True))))
+            dead, released = machine_lock.release_of_dead(s, limit)
             if dead:
-                released = s.execute(update(models.Machine)
-                                     .where(models.Machine.reservation.in_(dead))
-                                     .values(reservation=None, reserved_at=None)).rowcount
-                s.execute(update(models.Conductor).where(models.Conductor.hostname.in_(dead))
-                          .values(online=False))
                 LOG.warning("conductor(s) %s missed heartbeats; released %d lock(s)",
                             ", ".join(dead), released)
 
@@ -169,13 +160,8 @@ class Conductor:
         with self._in_flight_lock:
             busy = list(self._in_flight)
         before = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_interval)
-        leaked = session.scalars(select(models.Machine.id).where(
-            models.Machine.reservation == self.host, models.Machine.reserved_at < before,
-            models.Machine.id.notin_(busy))).all()
+        leaked = machine_lock.release_leaked(session, self.host, before, busy)
         if leaked:
-            session.execute(update(models.Machine).where(
-                models.Machine.id.in_(leaked), models.Machine.reservation == self.host)
-                .values(reservation=None, reserved_at=None))
             LOG.warning("released %d lock(s) of %s on machines none of its workers runs: %s",
                         len(leaked), self.host, ", ".join(sorted(leaked)[:10]))
 

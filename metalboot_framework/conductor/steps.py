@@ -6,7 +6,7 @@ any failure -> rolling_back -> rolled_back | rollback_failed
 The persisted state names the step still to be carried out, so a conductor
 that dies between two steps resumes by running the step again: every plugin
 step is idempotent. A step runs only while its runner holds the machine's lock
-(``machines.reservation``), taken with a conditional update, so exactly one
+(:mod:`.machine_lock`), taken with a conditional update, so exactly one
 conductor runs it even when several share the database. In ``awaiting_boot``
 the machine's coroutine keeps its lock and waits for its evidence or its
 deadline (:mod:`.boot_waits`); a machine nobody waits for (resumed after a
@@ -22,12 +22,12 @@ from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor import admission
-from metalboot_framework.conductor.at_rest import RELEASE
+from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.services import UnitOfWork
 from metalboot_framework.store import models
+from metalboot_framework.store.many_rows import changed, chunks
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.store.unindexed import unindexed
 
@@ -36,29 +36,18 @@ LOG = logging.getLogger(__name__)
 _MACHINES = models.Machine.__table__
 _MIGRATIONS = models.Migration.__table__
 _MMT = MM.__table__
-_mid, _host = bindparam("mid"), bindparam("host")
+_mid = bindparam("mid")
 
 # Statements built once: building SQL expressions per call costs more than
 # running them.
-# Locks of many machines at once (ids in an expanding IN).
-_mids = bindparam("mids", expanding=True)
-CLAIM_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
-                                     _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now"))
 # Which machines an UPDATE of many changed is read back only when its row
 # count says that not all of them changed (someone else holds or moved one):
-# rows of a RETURNING are stepped one by one, and SQLite's driver goes away
-# from the GIL and back for every step. The read back looks for the values
-# only that statement wrote (its ``now`` is new).
-_CLAIMED = select(_MACHINES.c.id).where(_MACHINES.c.id.in_(_mids),
-                                        _MACHINES.c.reservation == _host,
-                                        _MACHINES.c.reserved_at == bindparam("now"))
+# see store/many_rows.py. The read back looks for the values only that
+# statement wrote (its ``now`` is new).
+_mids = bindparam("mids", expanding=True)
 _MOVED = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
     unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
-RELEASE_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
-                                       _MACHINES.c.reservation == _host) \
-    .values(reservation=None, reserved_at=None)
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
               _MMT.c.activated_at) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
@@ -67,11 +56,9 @@ JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
 _JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state,
                         _MIGRATIONS.c.options).where(_MIGRATIONS.c.id == bindparam("mig"))
 # Done: the machine's new interface, and our lock released in the same statement.
-_SWITCH = update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
+_SWITCH = machine_lock.releasing(update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
     boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
-    last_error=None, updated_at=bindparam("now"),
-    reservation=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reservation),
-    reserved_at=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reserved_at))
+    last_error=None, updated_at=bindparam("now")))
 # Back at rest: ready if prepared for its interface, else the conductor enrols it
 # (a machine may join a migration before it was ever enrolled).
 _BACK_TO_REST = update(_MACHINES).where(_MACHINES.c.id == _mid,
@@ -107,14 +94,6 @@ _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     unindexed(_MMT.c.state) == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
-# A machine chosen in advance as a successor is started only while this
-# conductor holds it (a lock held longer than a heartbeat interval by a machine
-# not yet running may have been released as leaked): held again, or taken if
-# free; the ones held are read back by _CLAIMED.
-_HOLD_MANY = update(_MACHINES).where(
-    _MACHINES.c.id.in_(_mids),
-    (_MACHINES.c.reservation == _host) | _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now"))
 _TRANSITIONS = {}
 
 
@@ -128,24 +107,6 @@ def _transition_stmt(keys):
             unindexed(_MMT.c.state) == bindparam("old")) \
             .values({k: bindparam(f"v_{k}") for k in keys})
     return stmt
-
-
-def _changed(conn, stmt, params, ids, read_back):
-    """Run ``stmt`` (an UPDATE of the rows of ``ids``, in chunks); the ids of
-    the rows it changed, read by ``read_back`` only if not all of them were."""
-    changed = []
-    for chunk in chunks(ids):
-        chunk_params = dict(params, mids=chunk)
-        if conn.execute(stmt, chunk_params).rowcount == len(chunk):
-            changed += chunk
-        else:
-            changed += conn.execute(read_back, chunk_params).scalars()
-    return changed
-
-
-def chunks(items, size=500):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 DONE_MESSAGES = {"validating": "{target} validated the machine",
@@ -279,31 +240,22 @@ class StepRunner:
 
         A machine whose step is not runnable any more is released again.
         """
-        return self._jobs_of_locked(conn, migration_id, self.lock_many(conn, machine_ids))
+        return self._jobs_of_locked(conn, migration_id,
+                                    machine_lock.take(conn, machine_ids, self.host))
 
     def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.RUNNABLE):
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
         those whose step is not in ``runnable`` (any more) are released in it."""
         jobs, idle = self._jobs(conn, migration_id, locked, runnable)
-        self._release_in(conn, idle)
+        machine_lock.release(conn, idle, self.host)
         return jobs
 
-    def _release_in(self, conn, machine_ids):
-        """Drop this conductor's locks on ``machine_ids`` in ``conn``'s transaction."""
-        for ids in chunks(list(machine_ids)):
-            conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
-
-    def lock_many(self, conn, machine_ids):
-        """Take the locks of those of ``machine_ids`` nobody holds, in ``conn``'s
-        write transaction; the ids of those taken. Their jobs are read by
-        :meth:`read_jobs` after the commit: reads need no write lock, and
-        on SQLite every statement under it makes all other writers wait."""
-        return _changed(conn, CLAIM_MANY, {"host": self.host, "now": models.utcnow()},
-                        list(dict.fromkeys(machine_ids)), _CLAIMED)
-
     def read_jobs(self, migration_id, machine_ids):
-        """{machine id: :class:`Job`} of machines whose locks :meth:`lock_many`
-        took; those whose step is not runnable any more are released."""
+        """{machine id: :class:`Job`} of machines whose locks this conductor took
+        (:func:`.machine_lock.take`) in a write transaction committed before:
+        reads need no write lock, and on SQLite every statement under it makes
+        all other writers wait. Those whose step is not runnable any more are
+        released."""
         if not machine_ids:
             return {}
         with self.services.db.read_conn() as conn:
@@ -340,7 +292,7 @@ class StepRunner:
             self.services.write_grouped(self._release_work(machine_ids))
 
     def _release_work(self, machine_ids):
-        return lambda unit: self._release_in(unit.session, machine_ids)
+        return lambda unit: machine_lock.release(unit.session, machine_ids, self.host)
 
     async def run(self, migration_id, machine_id, job=None, switch=None):
         """Run the machine's steps while they are runnable, holding its lock: a
@@ -398,7 +350,7 @@ class StepRunner:
     def _release_directly(self, machine_id):
         """Not group-committed: the group commit may be what failed."""
         with self.services.db.write_conn() as conn:
-            conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
+            machine_lock.release_one(conn, machine_id, self.host)
 
     @property
     def _goes_on(self):
@@ -664,7 +616,7 @@ class StepRunner:
             indexes = wanted[migration_id]
             chosen = [machine_id for machine_id, _ in
                       admission.choose(conn, migration_id, len(indexes))]
-            locked = set(self.lock_many(conn, chosen)) if chosen else set()
+            locked = set(machine_lock.take(conn, chosen, self.host)) if chosen else set()
             jobs = self._jobs_of_locked(conn, migration_id,
                                         [m for m in chosen if m in locked], ("queued",))
             for index, job in zip(indexes, jobs.values(), strict=False):
@@ -683,9 +635,9 @@ class StepRunner:
             indexes = wanted[migration_id]
             finished = [i for i in indexes if results[i].done is not None]
             chosen = [transitions[i].start for i in finished]
-            held = set(_changed(conn, _HOLD_MANY, {"host": self.host,
-                                                   "now": models.utcnow()},
-                                chosen, _CLAIMED)) if chosen else set()
+            # a lock held longer than a heartbeat interval by a machine not yet
+            # running may have been released as leaked: held again, or taken if free
+            held = set(machine_lock.take_or_keep(conn, chosen, self.host)) if chosen else set()
             options, admitted = admission.admit_chosen(
                 conn, migration_id, [m for m in chosen if m in held])
             by_machine = {transitions[i].start: i for i in finished}
@@ -696,8 +648,8 @@ class StepRunner:
             started = {d[1] for d in dones if d is not None}
             for machine_id in started:
                 results[by_machine[machine_id]].started = True
-            self._release_in(conn, [transitions[i].start for i in indexes
-                                    if transitions[i].start not in started])
+            machine_lock.release(conn, [transitions[i].start for i in indexes
+                                        if transitions[i].start not in started], self.host)
 
     def _refill(self, conn, transitions, dones, units):
         """Start a queued machine in each slot that a finished machine of a
@@ -732,7 +684,8 @@ class StepRunner:
         options, rows = admission.admit(conn, migration_id, limit)
         starts = _starts(migration_id, rows, options, freed_by)
         dones = self.apply_many(conn, starts, units[:len(starts)])
-        return dones, self.lock_many(conn, [d[1] for d in dones if d is not None])
+        return dones, machine_lock.take(conn, [d[1] for d in dones if d is not None],
+                                        self.host)
 
     def apply_many(self, conn, transitions, units):
         """The writes of ``transitions`` in ``conn``'s transaction, each transition's
@@ -767,12 +720,12 @@ class StepRunner:
             params.update({f"v_{k}": v for k, v in values.items()})
             stmt = _transition_stmt(tuple(sorted(values)))
             ids = [transitions[i].machine_id for i in indexes]
-            changed = set(_changed(conn, stmt, dict(params, new=new), ids, _MOVED))
+            moved_ids = set(changed(conn, stmt, dict(params, new=new), ids, _MOVED))
             if release:
                 # a machine moved to done is released by its switch (_after)
-                for chunk in chunks([m for m in ids if new != "done" or m not in changed]):
-                    conn.execute(RELEASE_MANY, dict(params, mids=chunk))
-            moved = [i for i in indexes if transitions[i].machine_id in changed]
+                machine_lock.release(conn, [m for m in ids if new != "done" or m not in moved_ids],
+                                     self.host)
+            moved = [i for i in indexes if transitions[i].machine_id in moved_ids]
             if moved and first.evidence_id is not None:
                 conn.execute(_EVIDENCE, [{"mig": migration_id, "mid": transitions[i].machine_id,
                                           "evidence": transitions[i].evidence_id}
