@@ -9,8 +9,8 @@ step is idempotent. A step runs only while its runner holds the machine's lock
 (:mod:`.machine_lock`), taken with a conditional update, so exactly one
 conductor runs it even when several share the database. In ``awaiting_boot``
 the machine's coroutine keeps its lock and waits for its evidence or its
-deadline (:mod:`.boot_waits`); a machine nobody waits for (resumed after a
-restart) is moved on by the scheduler (:mod:`.evidence`).
+deadline (:mod:`.evidence`); a machine resumed there waits until the deadline
+persisted with its move.
 """
 
 import dataclasses
@@ -49,7 +49,7 @@ _MOVED = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
     unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
-              _MMT.c.activated_at) \
+              _MMT.c.activated_at, _MMT.c.deadline) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
 # The migration's part of every job, read once per batch (not once per machine:
 # its options are JSON).
@@ -220,30 +220,29 @@ def _log_if_failed(outcome):
 class StepRunner:
     """Runs one persisted step of one machine, then persists where it leads."""
 
-    def __init__(self, services, host):
+    def __init__(self, services, host, evidence=None):
         self.services = services
         self.host = host
+        # where a machine's coroutine waits for its boot, keeping the
+        # machine's lock (:class:`.evidence.EvidenceWatcher`)
+        self.evidence = evidence
         # Ids of migrations being cancelled, kept current by the scheduler's
         # ticks: a machine's next step rolls it back instead of going on.
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
-        # Set by the conductor (:class:`.boot_waits.BootWaits`): a machine's
-        # coroutine waits for its boot itself, keeping the machine's lock;
-        # None: awaiting_boot ends the coroutine and the scheduler moves it on.
-        self.boot_waits = None
 
     # -- the step -------------------------------------------------------------------
     def claim_many(self, conn, migration_id, machine_ids):
         """Take the locks of those of ``machine_ids`` nobody holds and read what
         their steps need, in ``conn``'s transaction: {machine id: :class:`Job`}.
 
-        A machine whose step is not runnable any more is released again.
+        A machine no longer in flight is released again.
         """
         return self._jobs_of_locked(conn, migration_id,
                                     machine_lock.take(conn, machine_ids, self.host))
 
-    def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.RUNNABLE):
+    def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.IN_FLIGHT):
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
         those whose step is not in ``runnable`` (any more) are released in it."""
         jobs, idle = self._jobs(conn, migration_id, locked, runnable)
@@ -254,8 +253,7 @@ class StepRunner:
         """{machine id: :class:`Job`} of machines whose locks this conductor took
         (:func:`.machine_lock.take`) in a write transaction committed before:
         reads need no write lock, and on SQLite every statement under it makes
-        all other writers wait. Those whose step is not runnable any more are
-        released."""
+        all other writers wait. Those no longer in flight are released."""
         if not machine_ids:
             return {}
         with self.services.db.read_conn() as conn:
@@ -263,7 +261,7 @@ class StepRunner:
         self.release(idle)
         return jobs
 
-    def _jobs(self, conn, migration_id, machine_ids, runnable=machine_steps.RUNNABLE):
+    def _jobs(self, conn, migration_id, machine_ids, runnable=machine_steps.IN_FLIGHT):
         """(jobs of those of the locked ``machine_ids`` whose step is in
         ``runnable``, the ids of the others)."""
         jobs, idle = {}, []
@@ -284,6 +282,10 @@ class StepRunner:
                     migration_id, machine_id, row.state, row.source_boot_interface,
                     migration.target_boot_interface, row.activated_at, migration.state,
                     migration.options, machine, partition)
+                if row.state == "awaiting_boot" and row.deadline is not None:
+                    # resumed: its boot is due by the deadline its move persisted
+                    jobs[machine_id].boot_deadline = time.monotonic() + (
+                        row.deadline - models.utcnow()).total_seconds()
         return jobs, idle
 
     def release(self, machine_ids):
@@ -326,7 +328,7 @@ class StepRunner:
                 job.refill = switch is not None and not self.stopping
                 new = await self._step(job)
                 metrics.observe_step(step, job.target, time.monotonic() - started)
-                if new in self._goes_on:
+                if new in machine_steps.IN_FLIGHT:
                     job.state = new
                     continue
                 successor = job.successor
@@ -352,11 +354,6 @@ class StepRunner:
         with self.services.db.write_conn() as conn:
             machine_lock.release_one(conn, machine_id, self.host)
 
-    @property
-    def _goes_on(self):
-        """The states in which a machine's coroutine keeps its lock and goes on."""
-        return machine_steps.RUNNABLE if self.boot_waits is None else machine_steps.IN_FLIGHT
-
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
         if job.state != "rolling_back" and cancelling \
@@ -372,14 +369,14 @@ class StepRunner:
         return await self._forward(job)
 
     async def _await_boot(self, job):
-        """Wait for the machine's evidence or its deadline (:mod:`.boot_waits`);
+        """Wait for the machine's evidence or its deadline (:mod:`.evidence`);
         woken without either, the step is looked at again (a cancel), unless
         the conductor stops: then the machine is left awaiting its boot,
         unlocked, for whoever looks next."""
         timeout = self._boot_timeout(job.migration_id, job.options)
         if job.boot_deadline is None:
             job.boot_deadline = time.monotonic() + timeout
-        ended = await self.boot_waits.await_boot(job, job.boot_deadline, timeout)
+        ended = await self.evidence.await_boot(job, job.boot_deadline, timeout)
         if ended is None:
             return None if self.stopping else "awaiting_boot"
         new, reason, error, evidence_id = ended
@@ -427,7 +424,7 @@ class StepRunner:
         machine resumed awaiting its boot finds its evidence again, and the
         source's clean_up is idempotent). The caller settles the transition
         queued before (:meth:`_settle`): a machine's moves commit in order."""
-        release = new not in self._goes_on
+        release = new not in machine_steps.IN_FLIGHT
         activated_at = None
         if new == "activating":
             # evidence counts from now, before activate may reset the machine
@@ -450,7 +447,7 @@ class StepRunner:
         once -- its ``validate`` changes nothing, so it may run before the
         start is committed; the successor's next transition waits for that
         commit and ends the coroutine if the start was refused."""
-        release = new not in self._goes_on
+        release = new not in machine_steps.IN_FLIGHT
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
         if job.reserved is not None:
