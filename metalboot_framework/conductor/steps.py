@@ -49,8 +49,12 @@ _MOVED = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
     unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
-              _MMT.c.activated_at, _MMT.c.deadline) \
+              _MMT.c.activated_at) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
+# The deadline a move to awaiting_boot persisted: read for a machine taken
+# over there only (parsing a date for every job of a batch costs).
+_DEADLINE = select(_MMT.c.deadline).where(_MMT.c.migration_id == bindparam("mig"),
+                                          _MMT.c.machine_id == _mid)
 # The migration's part of every job, read once per batch (not once per machine:
 # its options are JSON).
 _JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state,
@@ -282,10 +286,6 @@ class StepRunner:
                     migration_id, machine_id, row.state, row.source_boot_interface,
                     migration.target_boot_interface, row.activated_at, migration.state,
                     migration.options, machine, partition)
-                if row.state == "awaiting_boot" and row.deadline is not None:
-                    # resumed: its boot is due by the deadline its move persisted
-                    jobs[machine_id].boot_deadline = time.monotonic() + (
-                        row.deadline - models.utcnow()).total_seconds()
         return jobs, idle
 
     def release(self, machine_ids):
@@ -349,6 +349,16 @@ class StepRunner:
                 await self.services.step_loop.call_in_thread(
                     self._release_directly, job.machine_id)
 
+    def _persisted_deadline(self, job):
+        """The persisted deadline of a machine awaiting its boot, as a
+        ``time.monotonic()`` (None: unknown, counted from now)."""
+        with self.services.db.read_conn() as conn:
+            deadline = conn.execute(_DEADLINE, {"mig": job.migration_id,
+                                                "mid": job.machine_id}).scalar()
+        if deadline is None:
+            return None
+        return time.monotonic() + (deadline - models.utcnow()).total_seconds()
+
     def _release_directly(self, machine_id):
         """Not group-committed: the group commit may be what failed."""
         with self.services.db.write_conn() as conn:
@@ -374,6 +384,10 @@ class StepRunner:
         the conductor stops: then the machine is left awaiting its boot,
         unlocked, for whoever looks next."""
         timeout = self._boot_timeout(job.migration_id, job.options)
+        if job.boot_deadline is None and job.resumed:
+            # taken over: its boot is due by the deadline its move persisted
+            job.boot_deadline = await self.services.step_loop.call_in_thread(
+                self._persisted_deadline, job)
         if job.boot_deadline is None:
             job.boot_deadline = time.monotonic() + timeout
         ended = await self.evidence.await_boot(job, job.boot_deadline, timeout)
