@@ -238,6 +238,11 @@ class EvidenceWatcher:
         evidence a look has read (the others wait for the next look)."""
         timed_out, later = [], []
         with self._lock:
+            if len(self._deadlines) > 2 * len(self._waiting) + 64:
+                # mostly waits that ended otherwise: keep only the current ones
+                self._deadlines = [w for w in self._deadlines
+                                   if self._waiting.get(w.machine_id) is w]
+                heapq.heapify(self._deadlines)
             heap = self._deadlines
             while heap and heap[0].deadline <= now:
                 waiting = heapq.heappop(heap)
