@@ -45,7 +45,7 @@ class Commit(str, enum.Enum):
     #: queued while the next step already runs: a crash before the commit only
     #: runs a harmless step again (the step's "rerun" column says why)
     QUEUED = "queued"
-    #: committed by the scheduler or the evidence watcher, not the machine's coroutine
+    #: committed by the scheduler, not the machine's coroutine
     SCHEDULER = "scheduler"
 
 

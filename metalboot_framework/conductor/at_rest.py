@@ -1,15 +1,14 @@
 """What the conductor's work on machines at rest (removal, enrolment) shares:
-finding the machines waiting for it, taking a machine's lock, releasing it.
+finding the machines waiting for it, taking a machine's lock, releasing it
+(:mod:`.machine_lock`).
 Plugin steps are called with :func:`.plugin_call.call_step`."""
 
-from sqlalchemy import bindparam, case, select, update
+from sqlalchemy import bindparam, case, select
 
+from metalboot_framework.conductor import machine_lock
 from metalboot_framework.store import models
 
 _M = models.Machine.__table__
-_mid = bindparam("mid")
-RELEASE = update(_M).where(_M.c.id == _mid, _M.c.reservation == bindparam("host")) \
-    .values(reservation=None, reserved_at=None)
 
 
 class Waiting:
@@ -40,19 +39,18 @@ class MachineWork:
     def __init__(self, services, host):
         self.services = services
         self.host = host
-        self._claim = update(_M).where(_M.c.id == _mid, _M.c.reservation.is_(None),
-                                       _M.c.state == self.state) \
-            .values(reservation=bindparam("host"), reserved_at=bindparam("now"))
 
     def claim(self, machine_id):
         """Take the machine's lock if it is still in our state and unlocked; returns
-        (params for RELEASE, machine, partition), or None."""
-        params = {"mid": machine_id, "host": self.host, "now": models.utcnow()}
+        (machine, partition), or None."""
 
         def claim(unit):
-            if not unit.session.execute(self._claim, params).rowcount:
+            if not machine_lock.take_in_state(unit.session, machine_id, self.state, self.host):
                 return None
             return self.services.snapshot(unit.session, machine_id)
 
-        claimed = self.services.write_grouped(claim)
-        return None if claimed is None else (params, *claimed)
+        return self.services.write_grouped(claim)
+
+    def release(self, conn, machine_id):
+        """Drop our lock on the machine in ``conn``'s transaction."""
+        machine_lock.release_one(conn, machine_id, self.host)

@@ -16,7 +16,7 @@ import logging
 
 from sqlalchemy import bindparam, update
 
-from metalboot_framework.conductor.at_rest import RELEASE, MachineWork
+from metalboot_framework.conductor.at_rest import MachineWork
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
@@ -42,16 +42,16 @@ class Enroller(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        params, machine, partition = claimed
+        machine, partition = claimed
         released = False
         try:
-            new, released = self._enrol(machine, partition, release=params)
+            new, released = self._enrol(machine, partition)
             return new
         finally:
             if not released:
-                self.services.write_grouped(lambda unit: unit.session.execute(RELEASE, params))
+                self.services.write_grouped(lambda unit: self.release(unit.session, machine_id))
 
-    def _enrol(self, machine, partition, release):
+    def _enrol(self, machine, partition):
         """Returns (new state or None, whether the lock was released with it)."""
         target, previous = machine.boot_interface, machine.prepared_interface
         error = None
@@ -89,7 +89,7 @@ class Enroller(MachineWork):
                            message, machine_id=machine.id,
                            data={"boot_interface": target, "previous": previous,
                                  "error": error})
-            conn.execute(RELEASE, release)
+            self.release(conn, machine.id)
             return finished
 
         if not self.services.write_grouped(finish):

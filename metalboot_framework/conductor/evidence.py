@@ -1,54 +1,58 @@
-"""Boot evidence: a machine awaiting its boot moves on once its evidence is committed.
+"""Boot evidence: the watcher that ends each machine's wait for its boot.
 
-The boot server (another process, maybe on another host) commits a row for
-every fetch and boot report; the conductor learns of them by reading. A
-machine whose coroutine waits for its boot holds its lock and is looked after
-by :mod:`.boot_waits`; the others -- resumed after a restart, or left by a
-conductor that died -- are read on every scheduler tick
-(:meth:`EvidenceWatcher.look`), which skips locked machines. A look reads only machines with
-evidence newer than the last look, machines that started waiting since then
-(their evidence may have been committed first) and machines past their
-deadline (rolled back), so it costs about the same for 10 or 10,000 machines
-awaiting their boot; now and then it reads every waiting machine, a backstop
-for evidence committed out of id order (PostgreSQL allows it).
+After ``activate`` a machine's coroutine keeps the machine's lock and waits
+here, on the step loop (:meth:`EvidenceWatcher.await_boot`), for what ends
+its wait: the evidence its target recognises, its deadline, or a wake-up (the
+conductor stops, the migration is cancelled). The boot server (another
+process, maybe on another host) commits a row for every fetch and boot
+report; a thread of the conductor looks every ``[conductor]
+evidence_interval`` while machines wait, and hands each coroutine what ends
+its wait:
 
-A look moves what it found in one group-committed transaction and hands the
-machines to the step loop (``hand_over``).
+- one cursor, the newest evidence id read: a look reads the rows newer than
+  it, then the whole evidence of the waiting machines they belong to, and of
+  machines that began to wait since the last look (their evidence may have
+  been committed first, or before a restart);
+- one backstop: every :data:`FULL_LOOK_INTERVAL` seconds a look reads the
+  evidence of every waiting machine, for rows committed out of id order
+  (PostgreSQL allows it);
+- a machine past its deadline times out only once a look has read its
+  evidence and found nothing its target recognises, so that a machine
+  resumed after its deadline still moves on by the evidence that is there.
+
+So a machine moves on to ``verifying`` and its source's ``clean_up`` within a
+look of its boot, with the job its coroutine already has. A machine awaiting
+its boot that nobody waits for -- left by a conductor that stopped, or died
+and lost its locks -- is taken by the scheduler's scan like any other machine
+in flight, and waits here until the deadline persisted with its move to
+``awaiting_boot``.
 """
 
-import datetime
+import asyncio
+import dataclasses
+import heapq
+import logging
+import threading
+import time
 
 from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
-from metalboot_framework import machine_steps
-from metalboot_framework.conductor.steps import Transition, chunks
 from metalboot_framework.store import models
+from metalboot_framework.store.many_rows import chunks
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BootTask
 
-_MMT = models.MigrationMachine.__table__
+LOG = logging.getLogger(__name__)
+
 _EV = models.BootEvidence.__table__
-_NEWEST_EVIDENCE = select(func.max(_EV.c.id))
-_M = models.Machine.__table__
-_WAITING = select(_MMT.c.migration_id, _MMT.c.machine_id, _MMT.c.activated_at, _MMT.c.deadline,
-                  models.Migration.target_boot_interface,
-                  # the one option a look needs, not the whole JSON document
-                  models.Migration.options["require_boot_report"].as_boolean()
-                  .label("require_boot_report")) \
-    .join(models.Migration, models.Migration.id == _MMT.c.migration_id) \
-    .join(_M, _M.c.id == _MMT.c.machine_id) \
-    .where(_MMT.c.state == "awaiting_boot", _M.c.reservation.is_(None))
-_WAITING_WITH_NEW_EVIDENCE = _WAITING.where(_MMT.c.machine_id.in_(
-    select(_EV.c.machine_id).where(_EV.c.id > bindparam("cursor"))))
-_WAITING_EXPIRED = _WAITING.where(_MMT.c.deadline < bindparam("now"))
-_WAITING_SINCE = _WAITING.where(_MMT.c.updated_at >= bindparam("since"))
+_NEWEST = select(func.max(_EV.c.id))
+_NEW_ROWS = select(_EV.c.id, _EV.c.machine_id).where(_EV.c.id > bindparam("cursor"))
 _EVIDENCE_OF = select(_EV).where(_EV.c.machine_id.in_(bindparam("mids", expanding=True))) \
     .order_by(_EV.c.id)
-# A step's updated_at is its writer's clock when the step was written, before
-# the commit, and conductors on other hosts have clocks of their own.
-_CLOCK_SLACK = datetime.timedelta(seconds=1)
+FULL_LOOK_INTERVAL = 2.0  # seconds between looks at every waiting machine's evidence
+_TIMED_OUT = object()  # a wait's result: its deadline passed
 
 
 def recognised(services, waiting, records):
@@ -89,78 +93,166 @@ def evidence_of(conn, machine_ids):
     return records
 
 
+@dataclasses.dataclass(eq=False)
+class _Waiting:
+    migration_id: str
+    machine_id: str
+    target_boot_interface: str
+    activated_at: object
+    require_boot_report: bool  # the migration's option
+    deadline: float  # time.monotonic()
+    future: object  # on the step loop: the evidence, _TIMED_OUT, or None when woken
+    looked: bool = False  # a look has read its evidence since it began to wait
+
+    def __lt__(self, other):  # in the heap of deadlines
+        return self.deadline < other.deadline
+
+
 class EvidenceWatcher:
-    """Moves machines awaiting boot to verifying on their evidence, or to
-    rolling_back past their deadline. ``hand_over(migration_id, machine_ids,
-    jobs)`` gives the moved machines to the step loop."""
+    """The machines this conductor waits for while they boot, and the look for
+    their evidence and deadlines."""
 
-    def __init__(self, services, runner, hand_over):
+    def __init__(self, services, interval):
         self.services = services
-        self.runner = runner
-        self._hand_over = hand_over
-        self._cursor = -1  # the newest evidence id seen by the last look
-        self._checked_at = datetime.datetime.min  # the last look's time
+        self.interval = interval
+        self._waiting = {}  # machine id -> _Waiting
+        self._fresh = set()  # began to wait since the last look
+        self._deadlines = []  # heap of _Waiting by deadline (ended ones dropped lazily)
+        self._lock = threading.Lock()
+        self._has_waiting = threading.Event()
+        self._stop = threading.Event()
+        self._thread = None
+        self._cursor = None
+        self._full_at = 0.0
 
-    def look(self, full=False):
-        """awaiting_boot -> verifying on evidence, -> rolling_back after the
-        deadline; ``full``: every waiting machine, not only those above."""
-        now = models.utcnow()
-        since, self._checked_at = self._checked_at, now
-        with self.services.db.read_conn() as conn:
-            newest = conn.execute(_NEWEST_EVIDENCE).scalar() or 0
-            if full:
-                waiting = all_rows(conn, _WAITING)
-            else:
-                waiting = all_rows(conn, _WAITING_SINCE, {"since": since - _CLOCK_SLACK})
-                if newest != self._cursor:
-                    waiting += all_rows(conn, _WAITING_WITH_NEW_EVIDENCE,
-                                        {"cursor": self._cursor})
-                waiting += all_rows(conn, _WAITING_EXPIRED, {"now": now})
-            found = self._evidence(conn, waiting)
-        self._cursor = newest
-        self._move(found, now)
+    # -- on the step loop --------------------------------------------------------------
+    async def await_boot(self, job, deadline, timeout):
+        """Wait for the machine's boot until ``deadline`` (``time.monotonic()``;
+        ``timeout`` seconds after its move to ``awaiting_boot``):
+        ``(new state, reason, error, evidence id)`` of the transition that ends
+        the wait, or None when woken (see :meth:`wake`)."""
+        waiting = _Waiting(job.migration_id, job.machine_id, job.target, job.activated_at,
+                           bool((job.options or {}).get("require_boot_report")), deadline,
+                           asyncio.get_running_loop().create_future())
+        with self._lock:
+            self._waiting[job.machine_id] = waiting
+            self._fresh.add(job.machine_id)
+            heapq.heappush(self._deadlines, waiting)
+        self._has_waiting.set()
+        try:
+            ended = await waiting.future
+        finally:
+            with self._lock:
+                if self._waiting.get(job.machine_id) is waiting:
+                    del self._waiting[job.machine_id]
+                self._fresh.discard(job.machine_id)
+        if ended is None:
+            return None
+        if ended is _TIMED_OUT:
+            error = no_evidence_error(job.target, timeout)
+            return "rolling_back", error, error, None
+        metrics.observe_boot_evidence(job.target, job.activated_at, ended.created_at)
+        return "verifying", evidence_reason(ended), None, ended.id
 
     @staticmethod
-    def _evidence(conn, waiting):
-        """[(waiting machine, its evidence records)], each machine once."""
-        waiting = list({w.machine_id: w for w in waiting}.values())
-        records = evidence_of(conn, [w.machine_id for w in waiting])
-        return [(w, records.get(w.machine_id, ())) for w in waiting]
+    def _resolve(ended):
+        for waiting, result in ended:
+            if not waiting.future.done():
+                waiting.future.set_result(result)
 
-    def _move(self, found, now):
-        """awaiting_boot -> verifying for those with evidence their target
-        recognises; -> rolling_back for those past their deadline."""
-        moves = []  # (waiting machine, evidence or None, transition arguments)
-        for w, records in found:
-            evidence = recognised(self.services, w, records)
+    # -- from any thread -----------------------------------------------------------------
+    def wake(self, migration_id=None):
+        """End the waits of one migration's machines (or of all) without a result:
+        their coroutines look again at what to do (cancelled? stopping?)."""
+        with self._lock:
+            woken = [(w, None) for w in self._waiting.values()
+                     if migration_id is None or w.migration_id == migration_id]
+        if woken:
+            self.services.step_loop.call_soon(self._resolve, woken)
+
+    # -- the look, in a thread of its own --------------------------------------------------
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="conductor-evidence",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self._has_waiting.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._has_waiting.wait()
+            started = time.monotonic()
+            try:
+                self.look()
+            except Exception:
+                LOG.exception("looking for boot evidence failed")
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def look(self):
+        """Hand the waiting machines whose evidence arrived what their targets
+        recognise, and those past their deadline with nothing recognised their
+        time-out."""
+        with self._lock:
+            if not self._waiting:
+                self._has_waiting.clear()
+                return
+            fresh, self._fresh = self._fresh, set()
+        now = time.monotonic()
+        full = now - self._full_at >= FULL_LOOK_INTERVAL
+        with self.services.db.read_conn() as conn:
+            if self._cursor is None:
+                self._cursor = conn.execute(_NEWEST).scalar() or 0
+                full = True
+            rows = conn.execute(_NEW_ROWS, {"cursor": self._cursor}).all()
+            if rows:
+                self._cursor = max(row.id for row in rows)
+            arrived = {row.machine_id for row in rows}
+            with self._lock:
+                looked_at = [w for w in self._waiting.values()
+                             if full or w.machine_id in fresh or w.machine_id in arrived]
+            if full:
+                self._full_at = now
+            records = evidence_of(conn, [w.machine_id for w in looked_at]) if looked_at else {}
+        ended = []
+        for waiting in looked_at:
+            try:
+                evidence = recognised(self.services, waiting,
+                                      records.get(waiting.machine_id, ()))
+            except Exception:
+                LOG.exception("recognising the boot evidence of machine %s failed",
+                              waiting.machine_id)
+                evidence = None
             if evidence is not None:
-                moves.append((w, evidence, dict(old="awaiting_boot", new="verifying",
-                                                evidence_id=evidence.id,
-                                                reason=evidence_reason(evidence))))
-            elif w.deadline is not None and now > w.deadline:
-                error = no_evidence_error(w.target_boot_interface, (
-                    w.deadline - w.activated_at).total_seconds() if w.activated_at else None)
-                moves.append((w, None, dict(old="awaiting_boot", new="rolling_back",
-                                            reason=error, error=error)))
-        if not moves:
-            return
-        transitions = [Transition(w.migration_id, w.machine_id, **change)
-                       for w, _, change in moves]
+                ended.append((waiting, evidence))
+            waiting.looked = True
+        ended += self._timed_out(now, {id(w) for w, _ in ended})
+        if ended:
+            self.services.step_loop.call_soon(self._resolve, ended)
 
-        def move(unit):  # group-committed: may run twice
-            dones = self.runner.apply_many(unit.session, transitions, [unit] * len(moves))
-            by_migration = {}
-            for w, done in zip((w for w, _, _ in moves), dones, strict=True):
-                if done is not None and done[3] in machine_steps.RUNNABLE:
-                    by_migration.setdefault(w.migration_id, []).append(w.machine_id)
-            return dones, {mid: (ids, self.runner.lock_many(unit.session, ids))
-                           for mid, ids in by_migration.items()}
-
-        dones, locked = self.services.write_grouped(move)  # announced once committed
-        jobs = {mid: self.runner.read_jobs(mid, taken) for mid, (_, taken) in locked.items()}
-        for (w, evidence, _), done in zip(moves, dones, strict=True):
-            if done is not None and evidence is not None:
-                metrics.observe_boot_evidence(w.target_boot_interface, w.activated_at,
-                                              evidence.created_at)
-        for migration_id, (machine_ids, _) in locked.items():
-            self._hand_over(migration_id, machine_ids, jobs[migration_id])
+    def _timed_out(self, now, ending):
+        """(waiting, _TIMED_OUT) of the machines past their deadline whose
+        evidence a look has read (the others wait for the next look)."""
+        timed_out, later = [], []
+        with self._lock:
+            if len(self._deadlines) > 2 * len(self._waiting) + 64:
+                # mostly waits that ended otherwise: keep only the current ones
+                self._deadlines = [w for w in self._deadlines
+                                   if self._waiting.get(w.machine_id) is w]
+                heapq.heapify(self._deadlines)
+            heap = self._deadlines
+            while heap and heap[0].deadline <= now:
+                waiting = heapq.heappop(heap)
+                if self._waiting.get(waiting.machine_id) is not waiting \
+                        or waiting.future.done() or id(waiting) in ending:
+                    continue  # its wait ended otherwise
+                if waiting.looked:
+                    timed_out.append((waiting, _TIMED_OUT))
+                else:
+                    later.append(waiting)
+            for waiting in later:
+                heapq.heappush(heap, waiting)
+        return timed_out

@@ -2,12 +2,11 @@
 
 A scheduler thread looks at the live migrations every ``poll_interval`` (and
 whenever a step finishes): it starts queued machines up to ``max_parallel``
-(canaries first), hands machines with runnable steps to the step loop (each a
-coroutine there, :mod:`metalboot_framework.steploop`; a plugin step written as
-a blocking function runs in one of the loop's threads), moves machines
-awaiting boot on when their evidence arrives or their time runs out
-(:mod:`.evidence`), halts migrations past their failure budget (``halting``
-until their machines in flight have ended, then ``halted``) and closes
+(canaries first), hands machines in flight to the step loop (each a coroutine
+there, :mod:`metalboot_framework.steploop`; a plugin step written as a
+blocking function runs in one of the loop's threads; a machine awaiting its
+boot waits in :mod:`.evidence`), halts migrations past their failure budget
+(``halting`` until their machines in flight have ended, then ``halted``) and closes
 finished ones, recording how they went (``result``). Enrolment and removal
 of machines at rest run in the worker threads. All state is in the database,
 so a restarted conductor simply carries on; several conductors can share one
@@ -27,9 +26,8 @@ from sqlalchemy import select, update
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor import admission
+from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.at_rest import Waiting
-from metalboot_framework.conductor.boot_waits import BootWaits
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.evidence import EvidenceWatcher
 from metalboot_framework.conductor.removal import Remover
@@ -40,9 +38,9 @@ LOG = logging.getLogger(__name__)
 
 MM = models.MigrationMachine
 
-# Seconds between scans for runnable steps nobody runs (after a restart, or
-# left by a conductor that died); steps this conductor starts are handed to a
-# worker at once.
+# Seconds between scans for machines in flight nobody runs (after a restart, or
+# left by a conductor that stopped or died); steps this conductor starts are
+# handed to a worker at once.
 RESCAN_INTERVAL = 2.0
 
 class Conductor:
@@ -50,7 +48,8 @@ class Conductor:
         self.services = services
         self.conf = services.conf
         self.host = services.conf.host
-        self.runner = StepRunner(services, self.host)
+        self.evidence = EvidenceWatcher(services, self.conf.conductor.evidence_interval)
+        self.runner = StepRunner(services, self.host, self.evidence)
         self.enroller = Enroller(services, self.host)
         self.remover = Remover(services, self.host)
         self._at_rest_waiting = Waiting(services, (self.remover, self.enroller))
@@ -65,9 +64,6 @@ class Conductor:
         # machine id -> migration id: handed over while a coroutine of ours still
         # ran the machine; it is submitted again when that coroutine ends
         self._handed_back = {}
-        self.evidence = EvidenceWatcher(services, self.runner, self._hand_over)
-        self.boot_waits = BootWaits(services, self.conf.conductor.evidence_interval)
-        self.runner.boot_waits = self.boot_waits
         self._last_scan = float("-inf")
 
     # -- life cycle -----------------------------------------------------------------
@@ -77,7 +73,7 @@ class Conductor:
             max_workers=self.conf.conductor.workers, thread_name_prefix="conductor-worker")
         self._loop.set_threads(self.conf.conductor.workers)  # blocking plugin steps
         self.services.work_watchers.append(self._wake.set)
-        self.boot_waits.start()
+        self.evidence.start()
         self._spawn(self._heartbeat_loop, "heartbeat")
         self._spawn(self._scheduler_loop, "scheduler")
         if self.conf.conductor.drift_check_interval:
@@ -99,10 +95,10 @@ class Conductor:
             # machines finish the step they are in (their blocking plugin calls
             # need the pool; those waiting for their boot stop waiting), then the
             # pool's enrolments and removals
-            self.boot_waits.wake()
+            self.evidence.wake()
             self._loop.run(self._machines_finished())
             self._pool.shutdown(wait=True, cancel_futures=True)
-        self.boot_waits.stop()
+        self.evidence.stop()
         # transitions queued without waiting commit before this one, and are
         # announced before the conductor says it stopped
         self.services.write_grouped(lambda unit: None)
@@ -110,8 +106,7 @@ class Conductor:
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
-            s.execute(update(models.Machine).where(models.Machine.reservation == self.host)
-                      .values(reservation=None, reserved_at=None))
+            machine_lock.release_all(s, self.host)
 
     def _register(self):
         """Record this conductor as live; release locks a previous run left behind."""
@@ -125,9 +120,7 @@ class Conductor:
             else:
                 row.started_at = row.heartbeat_at = now
                 row.online = True
-            released = s.execute(update(models.Machine)
-                                 .where(models.Machine.reservation == self.host)
-                                 .values(reservation=None, reserved_at=None)).rowcount
+            released = machine_lock.release_all(s, self.host)
         if released:
             LOG.warning("released %d machine lock(s) left by a previous run of %s",
                         released, self.host)
@@ -149,14 +142,8 @@ class Conductor:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(heartbeat_at=now, online=True))
             self._release_leaked(s, now)
-            dead = list(s.scalars(select(models.Conductor.hostname).where(
-                models.Conductor.heartbeat_at < limit, models.Conductor.online.is_(True))))
+            dead, released = machine_lock.release_of_dead(s, limit)
             if dead:
-                released = s.execute(update(models.Machine)
-                                     .where(models.Machine.reservation.in_(dead))
-                                     .values(reservation=None, reserved_at=None)).rowcount
-                s.execute(update(models.Conductor).where(models.Conductor.hostname.in_(dead))
-                          .values(online=False))
                 LOG.warning("conductor(s) %s missed heartbeats; released %d lock(s)",
                             ", ".join(dead), released)
 
@@ -169,13 +156,8 @@ class Conductor:
         with self._in_flight_lock:
             busy = list(self._in_flight)
         before = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_interval)
-        leaked = session.scalars(select(models.Machine.id).where(
-            models.Machine.reservation == self.host, models.Machine.reserved_at < before,
-            models.Machine.id.notin_(busy))).all()
+        leaked = machine_lock.release_leaked(session, self.host, before, busy)
         if leaked:
-            session.execute(update(models.Machine).where(
-                models.Machine.id.in_(leaked), models.Machine.reservation == self.host)
-                .values(reservation=None, reserved_at=None))
             LOG.warning("released %d lock(s) of %s on machines none of its workers runs: %s",
                         len(leaked), self.host, ", ".join(sorted(leaked)[:10]))
 
@@ -210,7 +192,6 @@ class Conductor:
         full_scan = now - self._last_scan >= RESCAN_INTERVAL
         if full_scan:
             self._last_scan = now
-        self.evidence.look(full=full_scan)
         for migration in live:
             tally = self._tally(migration.id)
             if migration.state == states.CANCELLING:
@@ -273,7 +254,7 @@ class Conductor:
             await asyncio.wait(list(self._machine_tasks))
 
     def _hand_over(self, migration_id, machine_ids, jobs):
-        """Hand machines the tick moved into a runnable step to the step loop:
+        """Hand machines the tick started to the step loop:
         with the jobs of those whose locks it took, the others to claim them. A
         machine a coroutine of ours still runs (it may be about to end) has its
         lock released and is submitted again when that coroutine ends."""
@@ -315,15 +296,16 @@ class Conductor:
                 idle -= 1
 
     def _dispatch(self, migration):
-        """Hand runnable, unlocked machines to idle workers (recovery after a
-        restart, or steps another conductor left behind)."""
+        """Hand machines in flight that nobody holds to idle workers (recovery
+        after a restart, or machines another conductor left behind: a step to
+        run again, or a boot to wait for)."""
         idle = self._idle_workers()
         if idle <= 0:
             return
         with self.services.db.read() as s:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
-                .where(MM.migration_id == migration.id, MM.state.in_(machine_steps.RUNNABLE),
+                .where(MM.migration_id == migration.id, MM.state.in_(machine_steps.IN_FLIGHT),
                        models.Machine.reservation.is_(None))
                 .order_by(MM.position).limit(idle + len(self._in_flight))).all()
         for (machine_id,) in rows:
@@ -398,7 +380,7 @@ class Conductor:
         boot -> rolling_back: ours are woken and roll back by themselves, the
         others' (unlocked: nobody waits for them) are moved here."""
         if migration.state == states.CANCELLING:
-            self.boot_waits.wake(migration.id)
+            self.evidence.wake(migration.id)
         with self.services.db.read() as s:
             queued = s.scalars(select(MM.machine_id).where(
                 MM.migration_id == migration.id, MM.state == "queued")).all()

@@ -13,7 +13,7 @@ import logging
 from sqlalchemy import bindparam, update
 
 from metalboot_framework import inventory
-from metalboot_framework.conductor.at_rest import RELEASE, MachineWork
+from metalboot_framework.conductor.at_rest import MachineWork
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
@@ -36,7 +36,7 @@ class Remover(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        params, machine, partition = claimed
+        machine, partition = claimed
         view = inventory.get_machine(self.services, machine_id)
         interface = machine.prepared_interface
         error = self._clean_up(machine, partition, interface)
@@ -45,11 +45,12 @@ class Remover(MachineWork):
             if error is None:
                 inventory.forget_machine(unit, machine_id, cleaned_up=interface or False)
             else:
-                unit.session.execute(FAILED, dict(params, error=error))
+                unit.session.execute(FAILED, {"mid": machine_id, "error": error,
+                                              "now": models.utcnow()})
                 unit.event("machine.deletion_failed", f"deletion failed: {error}",
                            machine_id=machine_id,
                            data={"prepared_interface": interface, "error": error})
-                unit.session.execute(RELEASE, params)
+                self.release(unit.session, machine_id)
 
         self.services.write_grouped(finish)
         if error is not None:

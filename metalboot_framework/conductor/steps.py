@@ -6,11 +6,11 @@ any failure -> rolling_back -> rolled_back | rollback_failed
 The persisted state names the step still to be carried out, so a conductor
 that dies between two steps resumes by running the step again: every plugin
 step is idempotent. A step runs only while its runner holds the machine's lock
-(``machines.reservation``), taken with a conditional update, so exactly one
+(:mod:`.machine_lock`), taken with a conditional update, so exactly one
 conductor runs it even when several share the database. In ``awaiting_boot``
 the machine's coroutine keeps its lock and waits for its evidence or its
-deadline (:mod:`.boot_waits`); a machine nobody waits for (resumed after a
-restart) is moved on by the scheduler (:mod:`.evidence`).
+deadline (:mod:`.evidence`); a machine resumed there waits until the deadline
+persisted with its move.
 """
 
 import dataclasses
@@ -22,11 +22,11 @@ from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor import admission
-from metalboot_framework.conductor.at_rest import RELEASE
+from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.store import models
+from metalboot_framework.store.many_rows import changed, chunks
 from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.transactions import UnitOfWork
@@ -36,42 +36,33 @@ LOG = logging.getLogger(__name__)
 _MACHINES = models.Machine.__table__
 _MIGRATIONS = models.Migration.__table__
 _MMT = MM.__table__
-_mid, _host = bindparam("mid"), bindparam("host")
+_mid = bindparam("mid")
 
 # Statements built once: building SQL expressions per call costs more than
 # running them.
-# Locks of many machines at once (ids in an expanding IN).
-_mids = bindparam("mids", expanding=True)
-CLAIM_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
-                                     _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now"))
 # Which machines an UPDATE of many changed is read back only when its row
 # count says that not all of them changed (someone else holds or moved one):
-# rows of a RETURNING are stepped one by one, and SQLite's driver goes away
-# from the GIL and back for every step. The read back looks for the values
-# only that statement wrote (its ``now`` is new).
-_CLAIMED = select(_MACHINES.c.id).where(_MACHINES.c.id.in_(_mids),
-                                        _MACHINES.c.reservation == _host,
-                                        _MACHINES.c.reserved_at == bindparam("now"))
+# see store/many_rows.py. The read back looks for the values only that
+# statement wrote (its ``now`` is new).
+_mids = bindparam("mids", expanding=True)
 _MOVED = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
     unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
-RELEASE_MANY = update(_MACHINES).where(_MACHINES.c.id.in_(_mids),
-                                       _MACHINES.c.reservation == _host) \
-    .values(reservation=None, reserved_at=None)
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
               _MMT.c.activated_at) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
+# The deadline a move to awaiting_boot persisted: read for a machine taken
+# over there only (parsing a date for every job of a batch costs).
+_DEADLINE = select(_MMT.c.deadline).where(_MMT.c.migration_id == bindparam("mig"),
+                                          _MMT.c.machine_id == _mid)
 # The migration's part of every job, read once per batch (not once per machine:
 # its options are JSON).
 _JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state,
                         _MIGRATIONS.c.options).where(_MIGRATIONS.c.id == bindparam("mig"))
 # Done: the machine's new interface, and our lock released in the same statement.
-_SWITCH = update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
+_SWITCH = machine_lock.releasing(update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
     boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
-    last_error=None, updated_at=bindparam("now"),
-    reservation=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reservation),
-    reserved_at=case((_MACHINES.c.reservation == _host, None), else_=_MACHINES.c.reserved_at))
+    last_error=None, updated_at=bindparam("now")))
 # Back at rest: ready if prepared for its interface, else the conductor enrols it
 # (a machine may join a migration before it was ever enrolled).
 _BACK_TO_REST = update(_MACHINES).where(_MACHINES.c.id == _mid,
@@ -107,14 +98,6 @@ _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     unindexed(_MMT.c.state) == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
-# A machine chosen in advance as a successor is started only while this
-# conductor holds it (a lock held longer than a heartbeat interval by a machine
-# not yet running may have been released as leaked): held again, or taken if
-# free; the ones held are read back by _CLAIMED.
-_HOLD_MANY = update(_MACHINES).where(
-    _MACHINES.c.id.in_(_mids),
-    (_MACHINES.c.reservation == _host) | _MACHINES.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=bindparam("now"))
 _TRANSITIONS = {}
 
 
@@ -128,24 +111,6 @@ def _transition_stmt(keys):
             unindexed(_MMT.c.state) == bindparam("old")) \
             .values({k: bindparam(f"v_{k}") for k in keys})
     return stmt
-
-
-def _changed(conn, stmt, params, ids, read_back):
-    """Run ``stmt`` (an UPDATE of the rows of ``ids``, in chunks); the ids of
-    the rows it changed, read by ``read_back`` only if not all of them were."""
-    changed = []
-    for chunk in chunks(ids):
-        chunk_params = dict(params, mids=chunk)
-        if conn.execute(stmt, chunk_params).rowcount == len(chunk):
-            changed += chunk
-        else:
-            changed += conn.execute(read_back, chunk_params).scalars()
-    return changed
-
-
-def chunks(items, size=500):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 DONE_MESSAGES = {"validating": "{target} validated the machine",
@@ -259,51 +224,40 @@ def _log_if_failed(outcome):
 class StepRunner:
     """Runs one persisted step of one machine, then persists where it leads."""
 
-    def __init__(self, services, host):
+    def __init__(self, services, host, evidence=None):
         self.services = services
         self.host = host
+        # where a machine's coroutine waits for its boot, keeping the
+        # machine's lock (:class:`.evidence.EvidenceWatcher`)
+        self.evidence = evidence
         # Ids of migrations being cancelled, kept current by the scheduler's
         # ticks: a machine's next step rolls it back instead of going on.
         self.cancelling = frozenset()
         # Set when the conductor stops: a finished machine starts no successor.
         self.stopping = False
-        # Set by the conductor (:class:`.boot_waits.BootWaits`): a machine's
-        # coroutine waits for its boot itself, keeping the machine's lock;
-        # None: awaiting_boot ends the coroutine and the scheduler moves it on.
-        self.boot_waits = None
 
     # -- the step -------------------------------------------------------------------
     def claim_many(self, conn, migration_id, machine_ids):
         """Take the locks of those of ``machine_ids`` nobody holds and read what
         their steps need, in ``conn``'s transaction: {machine id: :class:`Job`}.
 
-        A machine whose step is not runnable any more is released again.
+        A machine no longer in flight is released again.
         """
-        return self._jobs_of_locked(conn, migration_id, self.lock_many(conn, machine_ids))
+        return self._jobs_of_locked(conn, migration_id,
+                                    machine_lock.take(conn, machine_ids, self.host))
 
-    def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.RUNNABLE):
+    def _jobs_of_locked(self, conn, migration_id, locked, runnable=machine_steps.IN_FLIGHT):
         """The jobs of machines whose locks ``conn``'s transaction took, read in it;
         those whose step is not in ``runnable`` (any more) are released in it."""
         jobs, idle = self._jobs(conn, migration_id, locked, runnable)
-        self._release_in(conn, idle)
+        machine_lock.release(conn, idle, self.host)
         return jobs
 
-    def _release_in(self, conn, machine_ids):
-        """Drop this conductor's locks on ``machine_ids`` in ``conn``'s transaction."""
-        for ids in chunks(list(machine_ids)):
-            conn.execute(RELEASE_MANY, {"mids": ids, "host": self.host})
-
-    def lock_many(self, conn, machine_ids):
-        """Take the locks of those of ``machine_ids`` nobody holds, in ``conn``'s
-        write transaction; the ids of those taken. Their jobs are read by
-        :meth:`read_jobs` after the commit: reads need no write lock, and
-        on SQLite every statement under it makes all other writers wait."""
-        return _changed(conn, CLAIM_MANY, {"host": self.host, "now": models.utcnow()},
-                        list(dict.fromkeys(machine_ids)), _CLAIMED)
-
     def read_jobs(self, migration_id, machine_ids):
-        """{machine id: :class:`Job`} of machines whose locks :meth:`lock_many`
-        took; those whose step is not runnable any more are released."""
+        """{machine id: :class:`Job`} of machines whose locks this conductor took
+        (:func:`.machine_lock.take`) in a write transaction committed before:
+        reads need no write lock, and on SQLite every statement under it makes
+        all other writers wait. Those no longer in flight are released."""
         if not machine_ids:
             return {}
         with self.services.db.read_conn() as conn:
@@ -311,7 +265,7 @@ class StepRunner:
         self.release(idle)
         return jobs
 
-    def _jobs(self, conn, migration_id, machine_ids, runnable=machine_steps.RUNNABLE):
+    def _jobs(self, conn, migration_id, machine_ids, runnable=machine_steps.IN_FLIGHT):
         """(jobs of those of the locked ``machine_ids`` whose step is in
         ``runnable``, the ids of the others)."""
         jobs, idle = {}, []
@@ -340,7 +294,7 @@ class StepRunner:
             self.services.write_grouped(self._release_work(machine_ids))
 
     def _release_work(self, machine_ids):
-        return lambda unit: self._release_in(unit.session, machine_ids)
+        return lambda unit: machine_lock.release(unit.session, machine_ids, self.host)
 
     async def run(self, migration_id, machine_id, job=None, switch=None):
         """Run the machine's steps while they are runnable, holding its lock: a
@@ -374,7 +328,7 @@ class StepRunner:
                 job.refill = switch is not None and not self.stopping
                 new = await self._step(job)
                 metrics.observe_step(step, job.target, time.monotonic() - started)
-                if new in self._goes_on:
+                if new in machine_steps.IN_FLIGHT:
                     job.state = new
                     continue
                 successor = job.successor
@@ -395,15 +349,20 @@ class StepRunner:
                 await self.services.step_loop.call_in_thread(
                     self._release_directly, job.machine_id)
 
+    def _persisted_deadline(self, job):
+        """The persisted deadline of a machine awaiting its boot, as a
+        ``time.monotonic()`` (None: unknown, counted from now)."""
+        with self.services.db.read_conn() as conn:
+            deadline = conn.execute(_DEADLINE, {"mig": job.migration_id,
+                                                "mid": job.machine_id}).scalar()
+        if deadline is None:
+            return None
+        return time.monotonic() + (deadline - models.utcnow()).total_seconds()
+
     def _release_directly(self, machine_id):
         """Not group-committed: the group commit may be what failed."""
         with self.services.db.write_conn() as conn:
-            conn.execute(RELEASE, {"mid": machine_id, "host": self.host})
-
-    @property
-    def _goes_on(self):
-        """The states in which a machine's coroutine keeps its lock and goes on."""
-        return machine_steps.RUNNABLE if self.boot_waits is None else machine_steps.IN_FLIGHT
+            machine_lock.release_one(conn, machine_id, self.host)
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
@@ -420,14 +379,18 @@ class StepRunner:
         return await self._forward(job)
 
     async def _await_boot(self, job):
-        """Wait for the machine's evidence or its deadline (:mod:`.boot_waits`);
+        """Wait for the machine's evidence or its deadline (:mod:`.evidence`);
         woken without either, the step is looked at again (a cancel), unless
         the conductor stops: then the machine is left awaiting its boot,
         unlocked, for whoever looks next."""
         timeout = self._boot_timeout(job.migration_id, job.options)
+        if job.boot_deadline is None and job.resumed:
+            # taken over: its boot is due by the deadline its move persisted
+            job.boot_deadline = await self.services.step_loop.call_in_thread(
+                self._persisted_deadline, job)
         if job.boot_deadline is None:
             job.boot_deadline = time.monotonic() + timeout
-        ended = await self.boot_waits.await_boot(job, job.boot_deadline, timeout)
+        ended = await self.evidence.await_boot(job, job.boot_deadline, timeout)
         if ended is None:
             return None if self.stopping else "awaiting_boot"
         new, reason, error, evidence_id = ended
@@ -475,7 +438,7 @@ class StepRunner:
         machine resumed awaiting its boot finds its evidence again, and the
         source's clean_up is idempotent). The caller settles the transition
         queued before (:meth:`_settle`): a machine's moves commit in order."""
-        release = new not in self._goes_on
+        release = new not in machine_steps.IN_FLIGHT
         activated_at = None
         if new == "activating":
             # evidence counts from now, before activate may reset the machine
@@ -498,7 +461,7 @@ class StepRunner:
         once -- its ``validate`` changes nothing, so it may run before the
         start is committed; the successor's next transition waits for that
         commit and ends the coroutine if the start was refused."""
-        release = new not in self._goes_on
+        release = new not in machine_steps.IN_FLIGHT
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
         if job.reserved is not None:
@@ -664,7 +627,7 @@ class StepRunner:
             indexes = wanted[migration_id]
             chosen = [machine_id for machine_id, _ in
                       admission.choose(conn, migration_id, len(indexes))]
-            locked = set(self.lock_many(conn, chosen)) if chosen else set()
+            locked = set(machine_lock.take(conn, chosen, self.host)) if chosen else set()
             jobs = self._jobs_of_locked(conn, migration_id,
                                         [m for m in chosen if m in locked], ("queued",))
             for index, job in zip(indexes, jobs.values(), strict=False):
@@ -683,9 +646,9 @@ class StepRunner:
             indexes = wanted[migration_id]
             finished = [i for i in indexes if results[i].done is not None]
             chosen = [transitions[i].start for i in finished]
-            held = set(_changed(conn, _HOLD_MANY, {"host": self.host,
-                                                   "now": models.utcnow()},
-                                chosen, _CLAIMED)) if chosen else set()
+            # a lock held longer than a heartbeat interval by a machine not yet
+            # running may have been released as leaked: held again, or taken if free
+            held = set(machine_lock.take_or_keep(conn, chosen, self.host)) if chosen else set()
             options, admitted = admission.admit_chosen(
                 conn, migration_id, [m for m in chosen if m in held])
             by_machine = {transitions[i].start: i for i in finished}
@@ -696,8 +659,8 @@ class StepRunner:
             started = {d[1] for d in dones if d is not None}
             for machine_id in started:
                 results[by_machine[machine_id]].started = True
-            self._release_in(conn, [transitions[i].start for i in indexes
-                                    if transitions[i].start not in started])
+            machine_lock.release(conn, [transitions[i].start for i in indexes
+                                        if transitions[i].start not in started], self.host)
 
     def _refill(self, conn, transitions, dones, units):
         """Start a queued machine in each slot that a finished machine of a
@@ -732,7 +695,8 @@ class StepRunner:
         options, rows = admission.admit(conn, migration_id, limit)
         starts = _starts(migration_id, rows, options, freed_by)
         dones = self.apply_many(conn, starts, units[:len(starts)])
-        return dones, self.lock_many(conn, [d[1] for d in dones if d is not None])
+        return dones, machine_lock.take(conn, [d[1] for d in dones if d is not None],
+                                        self.host)
 
     def apply_many(self, conn, transitions, units):
         """The writes of ``transitions`` in ``conn``'s transaction, each transition's
@@ -767,12 +731,12 @@ class StepRunner:
             params.update({f"v_{k}": v for k, v in values.items()})
             stmt = _transition_stmt(tuple(sorted(values)))
             ids = [transitions[i].machine_id for i in indexes]
-            changed = set(_changed(conn, stmt, dict(params, new=new), ids, _MOVED))
+            moved_ids = set(changed(conn, stmt, dict(params, new=new), ids, _MOVED))
             if release:
                 # a machine moved to done is released by its switch (_after)
-                for chunk in chunks([m for m in ids if new != "done" or m not in changed]):
-                    conn.execute(RELEASE_MANY, dict(params, mids=chunk))
-            moved = [i for i in indexes if transitions[i].machine_id in changed]
+                machine_lock.release(conn, [m for m in ids if new != "done" or m not in moved_ids],
+                                     self.host)
+            moved = [i for i in indexes if transitions[i].machine_id in moved_ids]
             if moved and first.evidence_id is not None:
                 conn.execute(_EVIDENCE, [{"mig": migration_id, "mid": transitions[i].machine_id,
                                           "evidence": transitions[i].evidence_id}

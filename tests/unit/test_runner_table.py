@@ -255,3 +255,32 @@ def test_a_conductor_that_dies_in_a_step_is_resumed_to_the_end(world, monkeypatc
     assert again[0] == (STEP_CALLS[before][1] if lost and before in STEP_CALLS else call)
     assert call in again
     assert world.path(machine_id)[-1] == "done"
+
+
+def test_a_machine_left_awaiting_its_boot_is_taken_by_the_scan_and_moves_on(world,
+                                                                             monkeypatch):
+    """A conductor that stops leaves machines awaiting their boot unlocked
+    (see Conductor.stop); the next scan takes them, and their coroutines wait
+    for their evidence until the deadline persisted with their move."""
+    monkeypatch.setattr(manager_mod, "RESCAN_INTERVAL", 3600.0)
+    world.conductor._last_scan = time.monotonic()
+    booted, silent = world.register(1, fake_autoboot=False), world.register(2,
+                                                                            fake_autoboot=False)
+    migration_id = world.migrate([booted, silent], boot_timeout=3)
+    world.wait(lambda: all(world.path(m)[-1:] == ["awaiting_boot"] for m in (booted, silent)))
+    world.conductor.runner.stopping = True  # their waits end as in a stop
+    world.conductor.evidence.wake()
+    world.wait(lambda: all(world.api.get(f"/v1/machines/{m}").json["lock"] is None
+                           for m in (booted, silent)))
+    world.conductor.runner.stopping = False
+    assert world.states(migration_id) == {booted: "awaiting_boot", silent: "awaiting_boot"}
+    with world.services.db.write_conn() as conn:
+        conn.execute(models.BootEvidence.__table__.insert(), {
+            "machine_id": booted, "interface": TARGET, "kind": "report", "path": "",
+            "client_address": "127.0.0.1", "created_at": models.utcnow()})
+    time.sleep(3)  # both deadlines pass while nobody waits for them
+    world.conductor._last_scan = float("-inf")
+    world.conductor._wake.set()
+    assert world.finished(migration_id) == {booted: "done", silent: "rolled_back"}
+    assert world.path(booted) == HAPPY
+    assert world.path(silent) == HAPPY[:4] + ["rolling_back", "rolled_back"]
