@@ -127,6 +127,12 @@ def normalise(path):
     return "/redfish/v1/" if path == "/redfish/v1" else path
 
 
+def is_bios_settings(path):
+    """A BIOS settings (pending) object: Dell/DMTF ``Bios/Settings``, Lenovo
+    ``Bios/Pending``, HPE iLO ``bios/settings`` (iLO paths are lower case)."""
+    return path.lower().endswith(("/bios/settings", "/bios/pending"))
+
+
 def merge(target, patch):
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
@@ -354,7 +360,7 @@ class MockRedfishBmc:
             self.docs[path].update(Image=body.get("Image"),
                                    Inserted=bool(body.get("Inserted", body.get("Image"))))
             return 204, None, {}
-        if path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending"):
+        if is_bios_settings(path):
             apply_time = (body.pop("@Redfish.SettingsApplyTime", None) or {}).get("ApplyTime")
             merge(self.docs[path], body)
             if apply_time == "OnReset":
@@ -437,7 +443,7 @@ class MockRedfishBmc:
             merge(self.docs[self.system_path], self.pending_system)
             self.pending_system = {}
         for path, doc in list(self.docs.items()):
-            if not (path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending")):
+            if not is_bios_settings(path):
                 continue
             attrs = doc.get("Attributes") or {}
             if not attrs:

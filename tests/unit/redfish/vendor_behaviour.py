@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 DELL_SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
 DELL_MANAGER = "/redfish/v1/Managers/iDRAC.Embedded.1"
 SMC_MANAGER = "/redfish/v1/Managers/1"
+HPE_SYSTEM = "/redfish/v1/Systems/1"
 
 #: Dell: the UEFI HTTP boot device attributes of the iDRAC9/10 BIOS attribute
 #: registry (Dell "iDRAC Redfish API Guide", BIOS attributes HttpDev1*; Dell
@@ -107,6 +108,19 @@ PROFILES = {
              "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
              "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json"),
         )),
+    "hpe-ilo5": Profile(
+        "hpe-ilo5", etag_in="both", empty_post_415=True,
+        overlays=(
+            ("/redfish/v1/Systems", {"Members": [{"@odata.id": HPE_SYSTEM + "/"}],
+                                     "Members@odata.count": 1},
+             "HewlettPackard/ilo-rest-api-docs iLO 5 resource definitions, "
+             "ComputerSystemCollection (one member, /redfish/v1/systems/1/); the "
+             "captured samples leave the collection out"),
+        ),
+        # iLO answers a change during POST with this 400 (iLO message registry)
+        busy=(400, "iLO.2.15.UnableToModifyDuringSystemPOST",
+              "The value for the property cannot be changed while the server is in POST."),
+    ),
     "lenovo-xcc": Profile("lenovo-xcc", if_match_required=True, etag_in="body",
                           media_patch=True),
     "dmtf-public-rackmount1": Profile("dmtf-public-rackmount1"),
