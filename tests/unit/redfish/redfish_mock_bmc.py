@@ -350,6 +350,9 @@ class MockRedfishBmc:
                             "acceptable values.")
             self.check_boot(boot)
             merge(system, body)
+            if self.profile.target_change_drops_mode and \
+                    "BootSourceOverrideTarget" in boot and "BootSourceOverrideMode" not in boot:
+                system["Boot"]["BootSourceOverrideMode"] = "Legacy"
             return 204, None, {}
         if path == settings_path:
             self.check_boot(body.get("Boot") or {})
@@ -472,7 +475,9 @@ class MockRedfishBmc:
                    "mode": boot.get("BootSourceOverrideMode")}
         if enabled in ("Once", "Continuous") and target not in (None, "None"):
             outcome["target"] = target
-            if target == "UefiHttp":
+            if outcome["mode"] == "Legacy":
+                pass  # a Legacy boot starts neither a UEFI HTTP URL nor a UEFI-only ISO
+            elif target == "UefiHttp":
                 bios = self.docs.get(normalise((system.get("Bios") or {}).get(
                     "@odata.id") or "-"), {}).get("Attributes") or {}
                 if boot.get("HttpBootUri"):
@@ -481,7 +486,7 @@ class MockRedfishBmc:
                     outcome["url"] = bios["HttpDev1Uri"]
                 elif bios.get("UrlBootFile"):
                     outcome["url"] = bios["UrlBootFile"]
-            elif target in ("Cd", "UsbCd"):
+            elif target in self.profile.cd_boot_targets:
                 for doc in self.docs.values():
                     if set(doc.get("MediaTypes") or ()) & {"CD", "DVD"} and doc.get("Inserted"):
                         outcome["media"] = doc.get("Image")

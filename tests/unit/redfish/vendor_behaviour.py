@@ -52,6 +52,14 @@ class Profile:
     #: VirtualMedia without actions is changed by PATCH of Image/Inserted
     #: (Lenovo XCC; sushy virtual_media.py _get_insert_media_uri).
     media_patch: bool = False
+    #: The override targets with which the firmware boots the virtual CD
+    #: (Supermicro: only UsbCd, Cd is a physical drive -- openstack/ironic
+    #: drivers/modules/redfish/boot.py uses UsbCd there).
+    cd_boot_targets: Sequence[str] = ("Cd", "UsbCd")
+    #: A target change without BootSourceOverrideMode falls back to Legacy
+    #: (Supermicro; openstack/ironic drivers/modules/redfish/management.py
+    #: re-sends the mode after setting the boot device there).
+    target_change_drops_mode: bool = False
     #: The MessageId with which this BMC says "busy, try again" and its status.
     busy: Tuple[int, str, str] = (503, "Base.1.8.ServiceTemporarilyUnavailable",
                                   "The service is temporarily unavailable.")
@@ -88,7 +96,8 @@ PROFILES = {
                                        "cannot be accessed. Retry the operation."),
     ),
     "supermicro-x12": Profile(
-        "supermicro-x12", etag_in="both",
+        "supermicro-x12", etag_in="both", cd_boot_targets=("UsbCd",),
+        target_change_drops_mode=True,
         overlays=(
             (SMC_MANAGER, {"Id": "1", "Manufacturer": "Supermicro", "Model": "X12",
                            "VirtualMedia": {"@odata.id": SMC_MANAGER + "/VirtualMedia"}},
