@@ -293,12 +293,19 @@ class BmcClient:
         """The quirks, read by an earlier call of this client (GENERIC if none)."""
         return self._quirks or quirks_mod.GENERIC
 
-    def boot_state(self):
-        """Read the system's boot override, HTTP boot URI and power state."""
+    def boot_state(self, http_boot_uri=False):
+        """Read the system's boot override and power state; with
+        ``http_boot_uri``, also where the UEFI HTTP boot URI is kept and its
+        value. Without it the BIOS is not read (two GETs saved on BMCs that keep
+        the URI in BIOS attributes), and the URI fields are set only from
+        ``Boot.HttpBootUri``."""
         def read(conn):
             system, _ = self.system_json(conn)
             boot = system.get("Boot") or {}
-            place = bios_mod.find(self, conn, system)
+            if http_boot_uri or "HttpBootUri" in boot:
+                place = bios_mod.find(self, conn, system)
+            else:
+                place = bios_mod.UriPlace(None)
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             return BootState(
                 target=boot.get("BootSourceOverrideTarget"),

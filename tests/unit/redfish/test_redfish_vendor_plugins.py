@@ -274,3 +274,19 @@ def test_the_source_interfaces_override_is_not_taken_for_the_operators(services,
                                   "BootSourceOverrideTarget": "Cd"})
     iface.clean_up(task)
     assert bmc.boot["BootSourceOverrideEnabled"] == "Disabled"
+
+
+@pytest.mark.parametrize("vendor", ["dell-idrac9", "hpe-ilo5"])
+def test_bios_is_read_only_for_the_url_boot(services, vendor_bmc, vendor):
+    """The BIOS (and its settings object) is read where the URL lives there:
+    redfish-http-url on Dell and HPE; virtual media never reads it."""
+    def bios_reads(bmc):
+        return [p for m, p, _ in bmc.log if m == "GET" and "/bios" in p.lower()]
+    bmc, task, iface = activated(services, vendor_bmc, vendor, HTTP)
+    assert bios_reads(bmc)
+    if vendor == "hpe-ilo5":
+        return  # the captured iLO 5 refuses virtual media (see above)
+    bmc, task, iface = activated(services, vendor_bmc, vendor, VMEDIA)
+    iface.check_drift(task)
+    iface.clean_up(task)
+    assert bios_reads(bmc) == [] and bmc.resets == ["ForceRestart"]
