@@ -106,7 +106,8 @@ PROFILES = {
                 {"@odata.id": SMC_MANAGER + "/VirtualMedia/CD1"}]},
              "Supermicro Redfish Reference Guide (X12): VirtualMedia collection"),
             (SMC_MANAGER + "/VirtualMedia/CD1", {
-                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Image": None, "Inserted": False,
+                "Id": "CD1", "Name": "Virtual CD", "MediaTypes": ["CD", "DVD"],
+                "Image": None, "Inserted": False,
                 "Actions": {
                     "#VirtualMedia.InsertMedia": {
                         "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
@@ -115,7 +116,8 @@ PROFILES = {
                         "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
                                                 "VirtualMedia.EjectMedia"}}},
              "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
-             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json"),
+             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json "
+             "(Name: required of every resource by DSP0266)"),
         )),
     "hpe-ilo5": Profile(
         "hpe-ilo5", etag_in="both", empty_post_415=True,
