@@ -116,6 +116,9 @@ def metalboot_run(per):
                     machines[interface].append(mid)
                     body.append({"id": mid, "partition": "bench", "nics": [{"mac": nic}],
                                  "boot_interface": "fake", "boot_mode": "uefi",
+                                 # the system is named, as the bare script is given it
+                                 "properties": {"redfish_system_id":
+                                                bmc.docs[bmc.system_path]["Id"]},
                                  "bmc": {"address": bmc.url, "username": "root",
                                          "password": "bench-password", "verify_tls": False}})
                     n += 1
