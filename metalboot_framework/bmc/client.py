@@ -121,6 +121,9 @@ class BmcClient:
         # changed since (BOOT after a PATCH); dropped after a reset.
         self._system_doc = None
         self._changed = set()
+        # Manager documents read by this client ({path: data}): its firmware
+        # version and VirtualMedia link do not change within one step.
+        self._managers = {}
         redact.register_secret(self._password)
 
     def __repr__(self):
@@ -262,7 +265,7 @@ class BmcClient:
             managers = (data.get("Links") or {}).get("ManagedBy") or []
             if managers and managers[0].get("@odata.id"):
                 try:
-                    manager, _ = self.get_json(conn, managers[0]["@odata.id"])
+                    manager = self.manager_json(conn, managers[0]["@odata.id"])
                     manufacturer, model = manager.get("Manufacturer"), manager.get("Model")
                 except sushy.exceptions.SushyError as exc:
                     LOG.debug("BMC %s: cannot read manager for quirks: %s", self.address,
@@ -286,8 +289,14 @@ class BmcClient:
         def read(conn):
             system, _ = self.system_json(conn, reuse=LINKS)
             managers = (system.get("Links") or {}).get("ManagedBy") or []
-            return self.get_json(conn, managers[0]["@odata.id"])[0] if managers else {}
+            return self.manager_json(conn, managers[0]["@odata.id"]) if managers else {}
         return self.run("read Manager (FirmwareVersion)", read)
+
+    def manager_json(self, conn, path):
+        """The Manager at ``path``, read once by this client."""
+        if path not in self._managers:
+            self._managers[path] = self.get_json(conn, path)[0]
+        return self._managers[path]
 
     def quirks_known(self):
         """The quirks, read by an earlier call of this client (GENERIC if none)."""

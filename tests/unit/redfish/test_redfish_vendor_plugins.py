@@ -290,3 +290,13 @@ def test_bios_is_read_only_for_the_url_boot(services, vendor_bmc, vendor):
     iface.check_drift(task)
     iface.clean_up(task)
     assert bios_reads(bmc) == [] and bmc.resets == ["ForceRestart"]
+
+
+def test_validate_reads_the_manager_once(services, vendor_bmc):
+    """iDRAC virtual media: validate needs the manager's firmware version and
+    its VirtualMedia link; one read serves both."""
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    svc = services()
+    plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
+    manager = "/redfish/v1/Managers/iDRAC.Embedded.1"
+    assert [p for m, p, _ in bmc.log if m == "GET" and p == manager] == [manager]
