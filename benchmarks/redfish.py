@@ -24,7 +24,8 @@ Also printed: the Redfish requests per machine each side made, in all, per
 method and per endpoint, and the resets per machine, counted from a log the
 emulator wrapper writes of every request (method and path). Targets:
 metalboot's wall time within 1.3x of the bare script's; exactly one reset per
-activation; no more requests than the bare script.
+activation; no more requests than the bare script. Then the same counts per
+vendor, on the vendor mock BMC (``benchmarks/redfish_vendors.py``).
 """
 
 import argparse
@@ -472,9 +473,15 @@ def main(argv=None):
     parser.add_argument("--systems-per-emulator", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=100)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--vendor-machines", type=int, default=5,
+                        help="machines per vendor and interface on the vendor mock BMC "
+                             "(benchmarks/redfish_vendors.py); 0: leave that part out")
     args = parser.parse_args(argv)
     summary = run(args.emulators, args.systems_per_emulator, args.parallel, args.quick)
     table("Redfish summary", SUMMARY_HEADER, summary)
+    if args.vendor_machines:
+        from benchmarks import redfish_vendors
+        redfish_vendors.run(args.vendor_machines)
 
 
 if __name__ == "__main__":

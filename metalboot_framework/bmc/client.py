@@ -121,6 +121,9 @@ class BmcClient:
         # changed since (BOOT after a PATCH); dropped after a reset.
         self._system_doc = None
         self._changed = set()
+        # Manager documents read by this client ({path: data}): its firmware
+        # version and VirtualMedia link do not change within one step.
+        self._managers = {}
         redact.register_secret(self._password)
 
     def __repr__(self):
@@ -262,7 +265,7 @@ class BmcClient:
             managers = (data.get("Links") or {}).get("ManagedBy") or []
             if managers and managers[0].get("@odata.id"):
                 try:
-                    manager, _ = self.get_json(conn, managers[0]["@odata.id"])
+                    manager = self.manager_json(conn, managers[0]["@odata.id"])
                     manufacturer, model = manager.get("Manufacturer"), manager.get("Model")
                 except sushy.exceptions.SushyError as exc:
                     LOG.debug("BMC %s: cannot read manager for quirks: %s", self.address,
@@ -286,19 +289,32 @@ class BmcClient:
         def read(conn):
             system, _ = self.system_json(conn, reuse=LINKS)
             managers = (system.get("Links") or {}).get("ManagedBy") or []
-            return self.get_json(conn, managers[0]["@odata.id"])[0] if managers else {}
+            return self.manager_json(conn, managers[0]["@odata.id"]) if managers else {}
         return self.run("read Manager (FirmwareVersion)", read)
+
+    def manager_json(self, conn, path):
+        """The Manager at ``path``, read once by this client."""
+        if path not in self._managers:
+            self._managers[path] = self.get_json(conn, path)[0]
+        return self._managers[path]
 
     def quirks_known(self):
         """The quirks, read by an earlier call of this client (GENERIC if none)."""
         return self._quirks or quirks_mod.GENERIC
 
-    def boot_state(self):
-        """Read the system's boot override, HTTP boot URI and power state."""
+    def boot_state(self, http_boot_uri=False):
+        """Read the system's boot override and power state; with
+        ``http_boot_uri``, also where the UEFI HTTP boot URI is kept and its
+        value. Without it the BIOS is not read (two GETs saved on BMCs that keep
+        the URI in BIOS attributes), and the URI fields are set only from
+        ``Boot.HttpBootUri``."""
         def read(conn):
             system, _ = self.system_json(conn)
             boot = system.get("Boot") or {}
-            place = bios_mod.find(self, conn, system)
+            if http_boot_uri or "HttpBootUri" in boot:
+                place = bios_mod.find(self, conn, system)
+            else:
+                place = bios_mod.UriPlace(None)
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             return BootState(
                 target=boot.get("BootSourceOverrideTarget"),

@@ -74,7 +74,7 @@ def _collection_paths(client, conn):
     if own:
         found.append(own)
     for ref in (system.get("Links") or {}).get("ManagedBy") or []:
-        manager, _ = client.get_json(conn, ref["@odata.id"])
+        manager = client.manager_json(conn, ref["@odata.id"])
         path = (manager.get("VirtualMedia") or {}).get("@odata.id")
         if path and path.rstrip("/") not in [p.rstrip("/") for p in found]:
             found.append(path)

@@ -67,7 +67,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         self.check_machine(task)
         self.check_ipxe_binary(task)
         client = self.client(task)
-        state = client.boot_state()
+        state = client.boot_state(http_boot_uri=True)
         fields = self.check_boot_mode(state)
         if state.allowed_targets is not None and TARGET not in state.allowed_targets:
             fields["BootSourceOverrideTarget"] = [
@@ -116,7 +116,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         return None
 
     def check_drift(self, task):
-        state = self.client(task).boot_state()
+        state = self.client(task).boot_state(http_boot_uri=True)
         expected = self.expected_uri(task)
         drift = []
         if state.http_boot_uri != expected:

@@ -55,6 +55,7 @@ class VendorMockConformance(BootInterfaceConformance):
 
     @staticmethod
     def bmc_world(bmc):
+        from redfish_mock_bmc import is_bios_settings
         boot = bmc.boot
         enabled = boot.get("BootSourceOverrideEnabled")
         override = "Disabled" if enabled in (None, "Disabled") else (
@@ -65,7 +66,7 @@ class VendorMockConformance(BootInterfaceConformance):
                  bmc.docs[bmc.system_path].get("PowerState")}
         bios = dict(bmc.bios_attributes)
         for path, doc in bmc.docs.items():
-            if path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending"):
+            if is_bios_settings(path):
                 bios.update(doc.get("Attributes") or {})
         world["bios (next boot)"] = {k: bios.get(k) for k in URI_ATTRIBUTES if k in bios}
         world["media"] = {doc.get("Id"): (bool(doc.get("Inserted")), doc.get("Image"))
@@ -91,5 +92,6 @@ TestDellIdrac9HttpUrlConformance = vendor_class("dell-idrac9", HTTP)
 TestDellIdrac9VirtualMediaConformance = vendor_class("dell-idrac9", VMEDIA)
 TestDellIdrac10HttpUrlConformance = vendor_class("dell-idrac10", HTTP)
 TestDellIdrac10VirtualMediaConformance = vendor_class("dell-idrac10", VMEDIA)
+TestHpeIlo5HttpUrlConformance = vendor_class("hpe-ilo5", HTTP)
 TestSupermicroX12VirtualMediaConformance = vendor_class("supermicro-x12", VMEDIA)
 TestLenovoXccVirtualMediaConformance = vendor_class("lenovo-xcc", VMEDIA)

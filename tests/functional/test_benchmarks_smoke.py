@@ -86,3 +86,23 @@ def test_migration_benchmark_prints_its_figures_and_the_host_steal():
     probe = re.search(r"^host: a fixed CPU-bound loop took (\d+\.\d+) s before the run and "
                       r"(\d+\.\d+) s after", out, re.M)
     assert probe and all(0 < float(v) < 60 for v in probe.groups()), out
+
+
+def test_redfish_vendor_benchmark_counts_every_method_and_the_resets():
+    """Requests by method and resets per migrated machine, per vendor and
+    interface, on the vendor mock BMC: one machine each."""
+    why = missing_tools()
+    if "redfish" in why:
+        pytest.skip(why["redfish"])
+    argv = [sys.executable, "-m", "benchmarks.redfish_vendors", "--machines", "1"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for row in ("dell-idrac9 redfish-http-url", "dell-idrac10 redfish-virtual-media-ipxe",
+                "hpe-ilo5 redfish-http-url", "supermicro-x12 redfish-virtual-media-ipxe",
+                "lenovo-xcc redfish-virtual-media-ipxe"):
+        line = next((li for li in out.splitlines() if li.startswith(row + " ")), None)
+        assert line and re.search(r"GET \d+\.\d PATCH \d+\.\d POST \d+\.\d", line), out
+    assert "target exactly one per activation: met" in out, out

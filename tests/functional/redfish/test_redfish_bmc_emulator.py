@@ -213,7 +213,7 @@ def test_system_without_uefi_http(tmp_path, sushy_emulator_with_http_boot_uri):
     s = fake_system("legacy", boot_mode="Legacy")
     emu = sushy_emulator_with_http_boot_uri([s])
     c = client(tmp_path, emu.url, s["uuid"])
-    state = c.boot_state()
+    state = c.boot_state(http_boot_uri=True)
     assert "UefiHttp" not in state.allowed_targets and state.http_boot_uri_location is None
     with pytest.raises(BmcUnsupported) as exc:
         c.set_boot_override("UefiHttp", "Once", "UEFI", "http://127.0.0.1:1/x.iso")

@@ -127,6 +127,12 @@ def normalise(path):
     return "/redfish/v1/" if path == "/redfish/v1" else path
 
 
+def is_bios_settings(path):
+    """A BIOS settings (pending) object: Dell/DMTF ``Bios/Settings``, Lenovo
+    ``Bios/Pending``, HPE iLO ``bios/settings`` (iLO paths are lower case)."""
+    return path.lower().endswith(("/bios/settings", "/bios/pending"))
+
+
 def merge(target, patch):
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
@@ -344,6 +350,9 @@ class MockRedfishBmc:
                             "acceptable values.")
             self.check_boot(boot)
             merge(system, body)
+            if self.profile.target_change_drops_mode and \
+                    "BootSourceOverrideTarget" in boot and "BootSourceOverrideMode" not in boot:
+                system["Boot"]["BootSourceOverrideMode"] = "Legacy"
             return 204, None, {}
         if path == settings_path:
             self.check_boot(body.get("Boot") or {})
@@ -354,7 +363,7 @@ class MockRedfishBmc:
             self.docs[path].update(Image=body.get("Image"),
                                    Inserted=bool(body.get("Inserted", body.get("Image"))))
             return 204, None, {}
-        if path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending"):
+        if is_bios_settings(path):
             apply_time = (body.pop("@Redfish.SettingsApplyTime", None) or {}).get("ApplyTime")
             merge(self.docs[path], body)
             if apply_time == "OnReset":
@@ -437,7 +446,7 @@ class MockRedfishBmc:
             merge(self.docs[self.system_path], self.pending_system)
             self.pending_system = {}
         for path, doc in list(self.docs.items()):
-            if not (path.endswith("/Bios/Settings") or path.endswith("/Bios/Pending")):
+            if not is_bios_settings(path):
                 continue
             attrs = doc.get("Attributes") or {}
             if not attrs:
@@ -466,7 +475,9 @@ class MockRedfishBmc:
                    "mode": boot.get("BootSourceOverrideMode")}
         if enabled in ("Once", "Continuous") and target not in (None, "None"):
             outcome["target"] = target
-            if target == "UefiHttp":
+            if outcome["mode"] == "Legacy":
+                pass  # a Legacy boot starts neither a UEFI HTTP URL nor a UEFI-only ISO
+            elif target == "UefiHttp":
                 bios = self.docs.get(normalise((system.get("Bios") or {}).get(
                     "@odata.id") or "-"), {}).get("Attributes") or {}
                 if boot.get("HttpBootUri"):
@@ -475,7 +486,7 @@ class MockRedfishBmc:
                     outcome["url"] = bios["HttpDev1Uri"]
                 elif bios.get("UrlBootFile"):
                     outcome["url"] = bios["UrlBootFile"]
-            elif target in ("Cd", "UsbCd"):
+            elif target in self.profile.cd_boot_targets:
                 for doc in self.docs.values():
                     if set(doc.get("MediaTypes") or ()) & {"CD", "DVD"} and doc.get("Inserted"):
                         outcome["media"] = doc.get("Image")

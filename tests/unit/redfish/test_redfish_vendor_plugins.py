@@ -207,34 +207,47 @@ def test_idrac_firmware_outside_the_virtual_media_range_is_refused(
     assert "physical drive" in str(exc.value) and "Manager.FirmwareVersion" in exc.value.fields
 
 
-def test_hpe_ilo_url_in_urlbootfile_and_eject_with_a_body(services):
-    """iLO (documents written after HPE's iLO 5 resource definitions, no
-    captured dump): no Boot.HttpBootUri, the URL goes to BIOS UrlBootFile,
-    applied at the reset; a body-less POST answers 415."""
-    from redfish_mock_bmc import MockRedfishBmc, vendor_documents
-    from vendor_behaviour import Profile
-    bmc = MockRedfishBmc(vendor_documents("HPE", "ProLiant DL360 Gen10", http_boot_uri=False,
-                                          bios_uri_attribute="UrlBootFile"),
-                         Profile("hpe-ilo5", empty_post_415=True))
-    try:
-        svc = services()
-        task = task_for(svc, bmc, HTTP)
-        iface = plugin(svc, HTTP)
-        iface.validate(task)
-        iface.activate(task)
-        assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
-        assert bmc.resets == ["ForceRestart"]
-        bmc.device("CD1").update(Image="http://other/x.iso", Inserted=True)
-        vm_task = task_for(svc, bmc, VMEDIA, "m2")
-        plugin(svc, VMEDIA).activate(vm_task)
-        assert bmc.device("CD1")["Image"].endswith(".iso") and \
-            bmc.device("CD1")["Image"] != "http://other/x.iso"
-        del bmc.bios_attributes["UrlBootFile"]
-        with pytest.raises(ValidationFailed) as exc:
-            iface.validate(task_for(svc, bmc, HTTP, "m3"))
-        assert "UrlBootFile" in str(exc.value) and "HPE iLO" in str(exc.value)
-    finally:
-        bmc.stop()
+def test_hpe_ilo5_url_in_urlbootfile_applied_at_the_reset(services, vendor_bmc):
+    """iLO 5 (captured payloads): no Boot.HttpBootUri, the URL goes to the BIOS
+    attribute UrlBootFile through the pending bios/settings, applied at the
+    one reset; clean-up stages it empty again."""
+    bmc, task, iface = activated(services, vendor_bmc, "hpe-ilo5", HTTP)
+    url = task.artifact_url("ipxe.iso")
+    assert bmc.boots == [{"target": "UefiHttp", "url": url, "media": None, "mode": "UEFI"}]
+    assert bmc.resets == ["ForceRestart"]
+    assert bmc.bios_attributes["UrlBootFile"] == url
+    assert all(tag for _path, tag in bmc.if_matches)
+    assert iface.check_drift(task) == []
+    iface.clean_up(task)
+    bmc.reset("ForceRestart")
+    assert bmc.bios_attributes["UrlBootFile"] == ""
+    svc = services()
+    del bmc.bios_attributes["UrlBootFile"]
+    with pytest.raises(ValidationFailed) as exc:
+        iface.validate(task_for(svc, bmc, HTTP, "m3"))
+    assert "UrlBootFile" in str(exc.value) and "HPE iLO" in str(exc.value)
+
+
+def test_hpe_ilo5_virtual_media_refused_and_eject_sent_with_a_body(services, vendor_bmc):
+    """The captured iLO 5 v1.15 CD offers only HPE's OEM insert/eject actions:
+    validate refuses, naming the vendor and the missing InsertMedia. With the
+    DMTF actions (added here by the test), a body-less POST answers 415 on iLO,
+    so the eject of someone else's ISO is sent with a body."""
+    bmc = vendor_bmc("hpe-ilo5", uefi=True)
+    svc = services()
+    with pytest.raises(ValidationFailed) as exc:
+        plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
+    assert "HPE iLO" in str(exc.value) and "InsertMedia" in str(exc.value)
+    assert bmc.counts["PATCH"] == bmc.counts["POST"] == 0
+    device = bmc.device("2")
+    base = "/redfish/v1/Managers/1/VirtualMedia/2/Actions/VirtualMedia."
+    device["Actions"] = {"#VirtualMedia.InsertMedia": {"target": base + "InsertMedia"},
+                         "#VirtualMedia.EjectMedia": {"target": base + "EjectMedia"}}
+    device.update(Image="http://other/x.iso", Inserted=True)
+    vm_task = task_for(svc, bmc, VMEDIA, "m2")
+    plugin(svc, VMEDIA).activate(vm_task)
+    assert device["Image"].endswith(".iso") and device["Image"] != "http://other/x.iso"
+    assert bmc.boots[-1]["media"] == device["Image"] and bmc.resets == ["ForceRestart"]
 
 
 def test_dell_without_apply_times_gets_a_config_job(services, vendor_bmc):
@@ -261,3 +274,29 @@ def test_the_source_interfaces_override_is_not_taken_for_the_operators(services,
                                   "BootSourceOverrideTarget": "Cd"})
     iface.clean_up(task)
     assert bmc.boot["BootSourceOverrideEnabled"] == "Disabled"
+
+
+@pytest.mark.parametrize("vendor", ["dell-idrac9", "hpe-ilo5"])
+def test_bios_is_read_only_for_the_url_boot(services, vendor_bmc, vendor):
+    """The BIOS (and its settings object) is read where the URL lives there:
+    redfish-http-url on Dell and HPE; virtual media never reads it."""
+    def bios_reads(bmc):
+        return [p for m, p, _ in bmc.log if m == "GET" and "/bios" in p.lower()]
+    bmc, task, iface = activated(services, vendor_bmc, vendor, HTTP)
+    assert bios_reads(bmc)
+    if vendor == "hpe-ilo5":
+        return  # the captured iLO 5 refuses virtual media (see above)
+    bmc, task, iface = activated(services, vendor_bmc, vendor, VMEDIA)
+    iface.check_drift(task)
+    iface.clean_up(task)
+    assert bios_reads(bmc) == [] and bmc.resets == ["ForceRestart"]
+
+
+def test_validate_reads_the_manager_once(services, vendor_bmc):
+    """iDRAC virtual media: validate needs the manager's firmware version and
+    its VirtualMedia link; one read serves both."""
+    bmc = vendor_bmc("dell-idrac9", uefi=True)
+    svc = services()
+    plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
+    manager = "/redfish/v1/Managers/iDRAC.Embedded.1"
+    assert [p for m, p, _ in bmc.log if m == "GET" and p == manager] == [manager]

@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 DELL_SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
 DELL_MANAGER = "/redfish/v1/Managers/iDRAC.Embedded.1"
 SMC_MANAGER = "/redfish/v1/Managers/1"
+HPE_SYSTEM = "/redfish/v1/Systems/1"
 
 #: Dell: the UEFI HTTP boot device attributes of the iDRAC9/10 BIOS attribute
 #: registry (Dell "iDRAC Redfish API Guide", BIOS attributes HttpDev1*; Dell
@@ -51,6 +52,14 @@ class Profile:
     #: VirtualMedia without actions is changed by PATCH of Image/Inserted
     #: (Lenovo XCC; sushy virtual_media.py _get_insert_media_uri).
     media_patch: bool = False
+    #: The override targets with which the firmware boots the virtual CD
+    #: (Supermicro: only UsbCd, Cd is a physical drive -- openstack/ironic
+    #: drivers/modules/redfish/boot.py uses UsbCd there).
+    cd_boot_targets: Sequence[str] = ("Cd", "UsbCd")
+    #: A target change without BootSourceOverrideMode falls back to Legacy
+    #: (Supermicro; openstack/ironic drivers/modules/redfish/management.py
+    #: re-sends the mode after setting the boot device there).
+    target_change_drops_mode: bool = False
     #: The MessageId with which this BMC says "busy, try again" and its status.
     busy: Tuple[int, str, str] = (503, "Base.1.8.ServiceTemporarilyUnavailable",
                                   "The service is temporarily unavailable.")
@@ -87,7 +96,8 @@ PROFILES = {
                                        "cannot be accessed. Retry the operation."),
     ),
     "supermicro-x12": Profile(
-        "supermicro-x12", etag_in="both",
+        "supermicro-x12", etag_in="both", cd_boot_targets=("UsbCd",),
+        target_change_drops_mode=True,
         overlays=(
             (SMC_MANAGER, {"Id": "1", "Manufacturer": "Supermicro", "Model": "X12",
                            "VirtualMedia": {"@odata.id": SMC_MANAGER + "/VirtualMedia"}},
@@ -96,7 +106,8 @@ PROFILES = {
                 {"@odata.id": SMC_MANAGER + "/VirtualMedia/CD1"}]},
              "Supermicro Redfish Reference Guide (X12): VirtualMedia collection"),
             (SMC_MANAGER + "/VirtualMedia/CD1", {
-                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Image": None, "Inserted": False,
+                "Id": "CD1", "Name": "Virtual CD", "MediaTypes": ["CD", "DVD"],
+                "Image": None, "Inserted": False,
                 "Actions": {
                     "#VirtualMedia.InsertMedia": {
                         "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
@@ -105,8 +116,22 @@ PROFILES = {
                         "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
                                                 "VirtualMedia.EjectMedia"}}},
              "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
-             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json"),
+             "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json "
+             "(Name: required of every resource by DSP0266)"),
         )),
+    "hpe-ilo5": Profile(
+        "hpe-ilo5", etag_in="both", empty_post_415=True,
+        overlays=(
+            ("/redfish/v1/Systems", {"Members": [{"@odata.id": HPE_SYSTEM + "/"}],
+                                     "Members@odata.count": 1},
+             "HewlettPackard/ilo-rest-api-docs iLO 5 resource definitions, "
+             "ComputerSystemCollection (one member, /redfish/v1/systems/1/); the "
+             "captured samples leave the collection out"),
+        ),
+        # iLO answers a change during POST with this 400 (iLO message registry)
+        busy=(400, "iLO.2.15.UnableToModifyDuringSystemPOST",
+              "The value for the property cannot be changed while the server is in POST."),
+    ),
     "lenovo-xcc": Profile("lenovo-xcc", if_match_required=True, etag_in="body",
                           media_patch=True),
     "dmtf-public-rackmount1": Profile("dmtf-public-rackmount1"),
