@@ -261,12 +261,19 @@ def migrate_to_report(h, target):
     to ``target``, done on each one's boot report; they end ready on it."""
     _ipv6_only(h)
     h.register(REGISTERED_ON)
+    t0 = time.time()
     per, rows = migrate(h, target, f"migrate to {target}")
-    for m in h.machines:
+    for m, row in zip(h.machines, rows, strict=True):
         machine = h.machine(m)
         if machine["boot_interface"] != target or machine["state"] != "ready":
             raise ScenarioFailed(f"{m.name} is {machine['state']} on "
                                  f"{machine['boot_interface']}", rows, h, m)
+        by_mac = [e for e in h.evidence(m, since=t0) if e["interface"] == target
+                  and e["kind"] == "fetch" and (e["data"] or {}).get("by_mac")]
+        if by_mac:
+            row.note = "; ".join(filter(None, [row.note] + [
+                f"{e['path']} by MAC from {e['client_address']}: {e['data']['by_mac']}"
+                for e in by_mac]))
     return rows
 
 

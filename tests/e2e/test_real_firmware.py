@@ -45,6 +45,12 @@ def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
         "boot.ipxe", "vmlinuz", "initrd.img", "report"]
 
 
+#: How each path's fetch of boot.ipxe by MAC may be bound (address_binding)
+BY_MAC = {"redfish-virtual-media-ipxe": {"eui64"},
+          "redfish-http-url": {"eui64", "prefix", "dhcp-lease"},
+          "dhcp-httpboot": set()}
+
+
 @pytest.mark.parametrize("path", scenarios.CHAIN)
 def test_migration_boots_to_the_report(boot_network, e2e_report, path):
     """Two machines on an IPv6-only boot network (radvd SLAAC, Kea DHCPv6; no DHCPv4
@@ -61,6 +67,14 @@ def test_migration_boots_to_the_report(boot_network, e2e_report, path):
         scenarios.FETCHES[path] + scenarios.IMAGES + ["report"]] * 2
     if path == "redfish-http-url":
         assert all(r.note.startswith("HttpBootUri https://, TLS front: TLSv1.") for r in rows)
+    # iPXE from the ISO chains boot.ipxe by MAC: from its SLAAC address, or on
+    # redfish-http-url from the address of the firmware's cached DHCPv6 answer,
+    # whose lease OVMF released (bound only by the pool as boot network prefix).
+    # dhcp-httpboot's iPXE chains the machine's token URL instead.
+    bindings = {part.rsplit(": ", 1)[1] for r in rows for part in r.note.split("; ")
+                if " by MAC from " in part}
+    assert bindings <= BY_MAC[path] and bool(bindings) == bool(BY_MAC[path]), [
+        r.note for r in rows]
 
 
 @pytest.mark.parametrize("path", [scenarios.ROLLBACK_SOURCE])
