@@ -12,7 +12,9 @@ that path (see ``doc/architecture.rst``, "Threat model"):
   one of its NICs (what a DHCP reservation hands it, e.g. Kea's with
   ``[kea] reserve_addresses``);
 - ``dhcp-lease``: an IPv4 address dnsmasq leased to one of its MACs, read
-  from dnsmasq's lease file (``[dnsmasq] lease_file``);
+  from dnsmasq's lease file (``[dnsmasq] lease_file``), or an IPv6 address
+  Kea leased to one of them by DHCPv6, read from Kea's memfile lease file
+  (``[kea] lease_file``);
 - ``prefix``: an address in a prefix ``[artifacts] boot_network_prefixes``
   gives the machine's partition (or every partition).
 
@@ -22,12 +24,6 @@ script whose token proves nothing either (:mod:`metalboot_framework.tokens`).
 """
 
 import ipaddress
-import logging
-import os
-import threading
-import time
-
-LOG = logging.getLogger(__name__)
 
 _LOW64 = (1 << 64) - 1
 
@@ -67,78 +63,19 @@ def client_ip(address):
     return ip
 
 
-#: seconds for which a lease found in the file read last is trusted without a look
-RECHECK = 1.0
-
-
-class DnsmasqLeases:
-    """The IPv4 leases in dnsmasq's lease file, read again when it changed.
-
-    A lease found in what was read at most :data:`RECHECK` seconds ago costs
-    no system call, so that a boot storm's fetches do not each stat a file
-    dnsmasq rewrites with every lease; an address not found there makes the
-    file be looked at (and read again if it changed) at once, so a lease
-    granted a moment ago is still seen.
-
-    Lines ``<expiry> <mac> <address> <hostname> <client id>`` (DHCPv6 lines,
-    after ``duid ...``, have no MAC and are skipped); expiry 0 never expires.
-    """
-
-    def __init__(self, path):
-        self.path = path
-        self._lock = threading.Lock()
-        self._stamp, self._leases = None, {}
-        self._checked_at = float("-inf")  # time.monotonic() of the last look
-
-    def holds(self, macs, ip, now=None):
-        """Whether one of ``macs`` holds an unexpired lease of ``ip``."""
-        now = time.time() if now is None else now
-        fresh = time.monotonic() - self._checked_at < RECHECK
-        return fresh and self._holds(self._leases, macs, ip, now) or \
-            self._holds(self._current(), macs, ip, now)
-
-    @staticmethod
-    def _holds(leases, macs, ip, now):
-        return any(leased == ip and (expiry == 0 or expiry > now)
-                   for mac in macs for leased, expiry in leases.get(mac, ()))
-
-    def _current(self):
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return {}
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        self._checked_at = time.monotonic()
-        with self._lock:
-            if stamp != self._stamp:
-                self._leases, self._stamp = self._read(), stamp
-            return self._leases
-
-    def _read(self):
-        leases = {}
-        try:
-            with open(self.path, encoding="ascii", errors="replace") as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) < 3 or len(parts[1]) != 17 or parts[1].count(":") != 5:
-                        continue
-                    ip = client_ip(parts[2])
-                    if ip is None or not parts[0].isdigit():
-                        continue
-                    leases.setdefault(parts[1].lower(), []).append((ip, int(parts[0])))
-        except OSError as exc:
-            LOG.warning("cannot read dnsmasq's lease file %s: %s", self.path, exc.strerror)
-        return leases
-
-
 class AddressBinding:
     """The rule above, from the configuration (one per process)."""
 
     def __init__(self, conf):
         self.prefixes = [parse_prefix_entry(entry)
                          for entry in conf.artifacts.boot_network_prefixes]
-        lease_file = conf.dnsmasq.lease_file
-        self.leases = DnsmasqLeases(lease_file) if lease_file else None
+        # the DHCP servers' lease readers (imported here: the dhcp package
+        # imports the configuration, which imports this module)
+        from metalboot_framework.dhcp.dnsmasq import DnsmasqLeases
+        from metalboot_framework.dhcp.kea import KeaLeases
+        self.leases = [reader(path) for reader, path in (
+            (DnsmasqLeases, conf.dnsmasq.lease_file), (KeaLeases, conf.kea.lease_file))
+            if path]
 
     def bound_by(self, machine, client_address):
         """How ``client_address`` is bound to ``machine`` (a MachineInfo):
@@ -158,7 +95,6 @@ class AddressBinding:
             if partition in (None, machine.partition_id) and ip.version == network.version \
                     and ip in network:
                 return "prefix"
-        if self.leases is not None and ip.version == 4 \
-                and self.leases.holds([nic.mac for nic in nics], ip):
+        if any(leases.holds([nic.mac for nic in nics], ip) for leases in self.leases):
             return "dhcp-lease"
         return None

@@ -19,8 +19,8 @@ opts = [
                      "of boot.ipxe by MAC from an address in a prefix of the machine's "
                      "partition proves the machine's boot, as one from the EUI-64 "
                      "(SLAAC) address of one of its MACs, one of its registered NIC "
-                     "addresses or a dnsmasq lease of one of its MACs ([dnsmasq] "
-                     "lease_file) does; from any other address it is recorded as "
+                     "addresses or a DHCP lease of one of its MACs ([dnsmasq] "
+                     "lease_file, [kea] lease_file) does; from any other address it is recorded as "
                      "unverified and does not finish a migration step. Loopback is no "
                      "exception: list 127.0.0.0/8 and ::1/128 only where the machines "
                      "really fetch from this host (tests, demos)."),

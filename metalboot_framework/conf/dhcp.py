@@ -80,6 +80,13 @@ kea_opts = [
                     "/run/kea/kea-dhcp6.kea-dhcp6.pid); needed for reload = signal."),
     cfg.FloatOpt("control_timeout", default=10.0, min=0.1,
                  help="Seconds to wait for Kea's answer on the control socket."),
+    cfg.StrOpt("lease_file",
+               help="Kea's DHCPv6 memfile lease file (\"lease-database\": {\"type\": "
+                    "\"memfile\", \"persist\": true, \"name\": ...}, e.g. "
+                    "/var/lib/kea/kea-leases6.csv), readable by metalboot; its "
+                    "cleanup's .1 and .2 files are read too. When set, a fetch of "
+                    "boot.ipxe by MAC from the IPv6 address Kea leased to one of the "
+                    "machine's MACs proves its boot ([artifacts] boot_network_prefixes)."),
     cfg.BoolOpt("reserve_addresses", default=True,
                 help="Put a NIC's ipv6_address into its reservation (ip-addresses). "
                      "Turn off when the include sits where the addresses would be "

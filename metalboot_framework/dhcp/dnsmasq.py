@@ -42,6 +42,7 @@ import re
 
 from metalboot_framework.dhcp import files
 from metalboot_framework.dhcp.base import (DhcpBackend, DhcpBackendError, Match, OwnedEntry)
+from metalboot_framework.dhcp.leases import LeaseFile, lease_ip
 from metalboot_framework.exceptions import ValidationFailed
 
 LOG = logging.getLogger(__name__)
@@ -296,3 +297,27 @@ def _macs_in(path):
     except FileNotFoundError:
         pass
     return macs
+
+
+class DnsmasqLeases(LeaseFile):
+    """The IPv4 leases in dnsmasq's lease file (``--dhcp-leasefile``).
+
+    Lines ``<expiry> <mac> <address> <hostname> <client id>`` (DHCPv6 lines,
+    after ``duid ...``, have no MAC and are skipped); expiry 0 never expires.
+    """
+
+    ip_version = 4
+    server = "dnsmasq"
+
+    def parse(self, files):
+        leases = {}
+        for f in files:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3 or len(parts[1]) != 17 or parts[1].count(":") != 5:
+                    continue
+                ip = lease_ip(parts[2])
+                if ip is None or ip.version != 4 or not parts[0].isdigit():
+                    continue
+                leases.setdefault(parts[1].lower(), []).append((ip, int(parts[0])))
+        return leases

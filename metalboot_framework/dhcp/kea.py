@@ -24,6 +24,7 @@ is rolled back and reloaded again, because Kea 2.2 serves nothing after a
 failed reload), or SIGHUP to the pid in ``[kea] pid_file``.
 """
 
+import csv
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ import socket
 
 from metalboot_framework.dhcp import files
 from metalboot_framework.dhcp.base import DhcpBackend, DhcpBackendError, OwnedEntry
+from metalboot_framework.dhcp.leases import LeaseFile, lease_ip
 from metalboot_framework.exceptions import ValidationFailed
 
 LOG = logging.getLogger(__name__)
@@ -348,3 +350,45 @@ def _render(reservations):
     reservations = sorted(reservations, key=lambda r: (_owner(r).get("machine", ""), _key(r)))
     return FILE_HEADER + ",\n".join(json.dumps(r, sort_keys=True) for r in reservations) + (
         "\n" if reservations else "")
+
+
+class KeaLeases(LeaseFile):
+    """The DHCPv6 address leases in Kea's memfile lease file (``lease-database``
+    ``{"type": "memfile", "persist": true, "name": ...}``).
+
+    Kea appends a row (``address,duid,valid_lifetime,expire,...,lease_type,...,
+    hwaddr,state,...`` as its header names them) for every change; the last
+    row of an address holds. Its lease file cleanup (LFC) moves older rows to
+    ``<name>.2`` and ``<name>.1``, which are read first. A lease counts while it
+    is an address lease (``lease_type`` 0 or 1, not a delegated prefix), in
+    the default state (not declined, not reclaimed), with a valid lifetime
+    (0: released) and not expired, for the MAC Kea learnt for it (``hwaddr``:
+    from the client's DUID-LL/LLT, link-local address, or a relay's option 79).
+    """
+
+    ip_version = 6
+    server = "Kea"
+
+    def paths(self):
+        return [self.path + ".2", self.path + ".1", self.path]
+
+    def parse(self, files):
+        latest = {}
+        for f in files:
+            for row in csv.DictReader(f):
+                ip = lease_ip(row.get("address") or "")
+                if ip is None or ip.version != 6:
+                    continue
+                try:
+                    valid, expire = int(row["valid_lifetime"]), int(row["expire"])
+                    live = row.get("lease_type", "0") in ("0", "1") \
+                        and row.get("state", "0") in ("0", "") and valid > 0
+                except (KeyError, TypeError, ValueError):
+                    continue
+                mac = (row.get("hwaddr") or "").lower()
+                latest[ip] = (mac, expire) if live and len(mac) == 17 else None
+        leases = {}
+        for ip, held in latest.items():
+            if held:
+                leases.setdefault(held[0], []).append((ip, held[1]))
+        return leases

@@ -9,12 +9,21 @@ Debian trixie's iPXE is fetched once by ``fetch_trixie_ipxe.sh``
 (``METALBOOT_E2E_IPXE_DIR`` points at an unpacked copy instead), the test
 metal-hammer (Debian kernel + busybox-static) is built once by
 ``metal_hammer.py`` (``METALBOOT_E2E_METAL_HAMMER_DIR`` instead).
+
+Each test names the boot path it proves in its ``path`` parameter (its id);
+``-k`` with exactly a path's name selects that path's tests and no others.
 """
+
+import os
 
 import pytest
 
 from tests.e2e.harness import Harness, missing_requirements
-from tests.e2e.scenarios import format_table
+from tests.e2e.scenarios import CHAIN, format_table
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: What ``-k`` selects exactly: the boot paths the e2e tests prove.
+PATHS = ("pxe", *CHAIN)
 
 _TABLES = []
 
@@ -57,3 +66,20 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(nodeid)
         for line in table.splitlines():
             terminalreporter.write_line("  " + line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``-k <path>`` runs the e2e tests of that path only: pytest's ``-k`` matches
+    substrings, and ``pxe`` is also in ``redfish-virtual-media-ipxe``."""
+    path = (config.option.keyword or "").strip()
+    if path not in PATHS:
+        return
+    keep, drop = [], []
+    for item in items:
+        ours = str(item.path).startswith(HERE + os.sep)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (drop if ours and params.get("path") != path else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -13,7 +13,8 @@ removed on close even when a step failed)::
                    writes --dhcp-hostsdir/optsdir
       kea-dhcp6    the operator snippet of doc/boot-interfaces/dhcp.rst (a pool
                    for the firmware's address); metalboot writes the included
-                   reservations and reloads over the control socket
+                   reservations, reloads over the control socket and reads the
+                   memfile lease file; its pool is the boot network prefix
       image server [fd55::1]:8081, the partition's kernel_url/initrd_url: the
                    test metal-hammer (metal_hammer.py), every request logged
       metalboot-server  [fd55::1]:8080 (API, artifacts, conductor), public_url
@@ -79,6 +80,7 @@ OVMF_VARS = os.environ.get("METALBOOT_E2E_OVMF_VARS", "/usr/share/OVMF/OVMF_VARS
 
 V4_NET, V4_SERVER = "10.55.0", "10.55.0.1"
 V6_PREFIX, V6_SERVER = "fd55::", "fd55::1"
+KEA_POOL = "fd55::1000/116"  # fd55::1000-fd55::1fff: the firmware's DHCPv6 addresses
 SERVER_PORT = 8080
 IMAGE_PORT = 8081  # the partition's image server: metal-hammer's kernel and initrd
 IMAGE_URL = f"http://[{V6_SERVER}]:{IMAGE_PORT}"
@@ -423,10 +425,12 @@ class Harness:
         self.kea_include = os.path.join(root, "metalboot-reservations6.json")
         open(self.kea_include, "w").close()
         self.kea_socket = os.path.join(root, "run", "kea6.sock")
+        self.kea_leases = os.path.join(root, "kea-leases6.csv")
         conf = os.path.join(root, "kea-dhcp6.conf")
         with open(conf, "w") as f:
             f.write(KEA_CONF % {"root": root, "include": self.kea_include,
-                                "socket": self.kea_socket, "prefix": V6_PREFIX})
+                                "socket": self.kea_socket, "prefix": V6_PREFIX,
+                                "pool": KEA_POOL, "leases": self.kea_leases})
         env = dict(os.environ, KEA_PIDFILE_DIR=os.path.join(root, "run"),
                    KEA_LOCKFILE_DIR=os.path.join(root, "run"))
         self.kea = self._spawn("kea", ["kea-dhcp6", "-c", conf], env=env)
@@ -472,7 +476,8 @@ class Harness:
                 state=self.state_dir, interfaces=",".join(self.interfaces), server=V6_SERVER,
                 port=SERVER_PORT, public_url=PUBLIC_URL, token=ADMIN_TOKEN,
                 ipxe_efi=ipxe_efi, dns6=V6_SERVER,
-                kea_include=self.kea_include, kea_socket=self.kea_socket))
+                kea_include=self.kea_include, kea_socket=self.kea_socket,
+                kea_leases=self.kea_leases, kea_pool=KEA_POOL))
             if not self.ipv6_only:
                 f.write(METALBOOT_IPV4_CONF.format(
                     dns4=V4_SERVER, hosts=self.dnsmasq_dirs["hosts"],
@@ -799,11 +804,12 @@ KEA_CONF = """\
   "interfaces-config": {"interfaces": ["br0"]},
   "control-socket": {"socket-type": "unix", "socket-name": "%(socket)s"},
   "data-directory": "%(root)s",
-  "lease-database": {"type": "memfile", "persist": false},
+  "lease-database": {"type": "memfile", "persist": true, "name": "%(leases)s",
+                     "lfc-interval": 0},
   "loggers": [{"name": "kea-dhcp6", "severity": "INFO",
                "output_options": [{"output": "%(root)s/kea.log"}]}],
   "subnet6": [{"id": 1, "subnet": "%(prefix)s/64", "interface": "br0",
-    "pools": [{"pool": "%(prefix)s1000-%(prefix)s1fff"}],
+    "pools": [{"pool": "%(pool)s"}],
     "reservations": [
 <?include "%(include)s"?>
     ]}]
@@ -823,10 +829,11 @@ public_url = {public_url}
 admin_tokens = {token}
 
 [artifacts]
-# the test-made boot network is the boot VRF: iPXE may keep the address Kea's
-# DHCPv6 gave the firmware (fd55::10xx), not only its SLAAC one, and Kea's
-# leases are not read by the evidence binding
-boot_network_prefixes = fd55::/64
+# Kea's DHCPv6 pool. OVMF releases its DHCPv6 lease when it starts the image
+# it fetched, and the ISO's iPXE (redfish-http-url) goes on using the address
+# from the firmware's cached answer: Kea's lease file no longer binds it.
+# SLAAC addresses are bound by their EUI-64, Kea's live leases by lease_file.
+boot_network_prefixes = {kea_pool}
 
 [conductor]
 poll_interval = 0.2
@@ -850,6 +857,7 @@ ipv6_dns_servers = {dns6}
 [kea]
 include_file = {kea_include}
 control_socket = {kea_socket}
+lease_file = {kea_leases}
 
 [pxe]
 dhcp_backend = dnsmasq

@@ -42,6 +42,8 @@ IMAGES = ["vmlinuz", "initrd.img"]
 REGISTERED_ON = "fake"
 CHAIN = ["redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-httpboot"]
 BROKEN = "e2e-http-url-404"
+#: The path a broken migration rolls back to, and that then boots to the report again.
+ROLLBACK_SOURCE = "dhcp-httpboot"
 BOOT_TIMEOUT = 600  # activation to the report: OVMF, iPXE and a kernel on a busy TCG host
 
 
@@ -248,13 +250,54 @@ def single_path(h, target, source="fake"):
     return rows
 
 
-def migration_chain(h, broken_timeout=60):
-    """On the IPv6-only network: registered on fake, then -> virtual media -> HTTP
-    URL -> DHCP HTTP boot, each done on the machine's boot report, -> broken (404)
-    and back: the rollback boots the machines through dhcp-httpboot to the report."""
+def _ipv6_only(h):
     v4 = h.ipv4_on_the_boot_network()
     if h.ipv6_only and v4:
         raise ScenarioFailed(f"the IPv6-only boot network offers IPv4: {v4}", [], h)
+
+
+def migrate_to_report(h, target):
+    """On the IPv6-only network: machines registered on fake (not booted) migrate
+    to ``target``, done on each one's boot report; they end ready on it."""
+    _ipv6_only(h)
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    per, rows = migrate(h, target, f"migrate to {target}")
+    for m, row in zip(h.machines, rows, strict=True):
+        machine = h.machine(m)
+        if machine["boot_interface"] != target or machine["state"] != "ready":
+            raise ScenarioFailed(f"{m.name} is {machine['state']} on "
+                                 f"{machine['boot_interface']}", rows, h, m)
+        by_mac = [e for e in h.evidence(m, since=t0) if e["interface"] == target
+                  and e["kind"] == "fetch" and (e["data"] or {}).get("by_mac")]
+        if by_mac:
+            row.note = "; ".join(filter(None, [row.note] + [
+                f"{e['path']} by MAC from {e['client_address']}: {e['data']['by_mac']}"
+                for e in by_mac]))
+    return rows
+
+
+def rollback_to(h, source, broken_timeout=60):
+    """On the IPv6-only network: machines registered on ``source`` (enrolled, not
+    booted) migrate to the broken (404) path; the rollback boots them through
+    ``source`` to the report."""
+    _ipv6_only(h)
+    h.register(source)
+    records = h.wait_enrolled()
+    for m in h.machines:
+        if (records[m.id]["state"], records[m.id]["prepared_interface"]) != ("ready", source):
+            raise ScenarioFailed(f"{m.name} not enrolled on {source}: "
+                                 f"{records[m.id]['state']}, {records[m.id]['last_error']}",
+                                 [], h, m)
+    return broken_and_back(h, source=source, boot_timeout=broken_timeout)
+
+
+def migration_chain(h, broken_timeout=60):
+    """On the IPv6-only network: registered on fake, then -> virtual media -> HTTP
+    URL -> DHCP HTTP boot, each done on the machine's boot report, -> broken (404)
+    and back: the rollback boots the machines through dhcp-httpboot to the report
+    (``run_scenario.py chain``; the pytest tests prove each step on its own)."""
+    _ipv6_only(h)
     h.register(REGISTERED_ON)
     rows = []
     for target in CHAIN:

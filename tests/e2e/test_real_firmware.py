@@ -5,6 +5,12 @@ metalboot only over REST. A migration finishes only on the boot report of the
 kernel the machine booted (metal-hammer for the tests, tests/e2e/metal_hammer.py);
 the table of seconds from reset to each stage of the boot is printed at the end
 of the run.
+
+Every test is parametrised with the boot path it proves (``path``), so its id
+names the path (``test_migration_boots_to_the_report[dhcp-httpboot]``) and
+``tox -e e2e -- -k <path>`` runs that path's tests alone (conftest.py makes
+``-k`` with a path's exact name select that path only: ``-k pxe`` is not also
+``redfish-virtual-media-ipxe``).
 """
 
 import pytest
@@ -14,59 +20,80 @@ from tests.e2e import scenarios
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_pxe_smoke(boot_network, e2e_report):
-    """One machine registered on pxe (metalboot writes its DHCP entries at enrolment)
-    and powered on: OVMF PXEv4 -> dnsmasq TFTP snponly.efi -> iPXE -> boot.ipxe ->
-    kernel and initrd -> metal-hammer's boot report. The legacy path, with DHCPv4.
-    """
-    h = boot_network(machines=1)
+def reported(e2e_report, scenario, *args):
+    """The rows of ``scenario(*args)``, in the e2e table also when it failed."""
     rows = []
     try:
-        rows = scenarios.pxe_smoke(h)
-    finally:
-        e2e_report(rows)
-    assert [(r.outcome, r.evidence.split()[0]) for r in rows] == [("booted", "boot.ipxe")]
-    assert [stage.split()[0] for stage in rows[0].chain.split(" > ")] == [
-        "boot.ipxe", "vmlinuz", "initrd.img", "report"]
-
-
-def test_migration_chain_and_rollback(boot_network, e2e_report):
-    """Two machines on an IPv6-only boot network (radvd SLAAC, Kea DHCPv6; no DHCPv4
-    server, no IPv4 address) migrate to redfish-virtual-media-ipxe,
-    redfish-http-url (over HTTPS: a CA made by the test, enrolled into OVMF
-    through fw_cfg) and dhcp-httpboot, each migration done only on the boot
-    report of the kernel it booted (require_boot_report) and each boot shown
-    stage by stage, all from IPv6 addresses; then a migration to a path whose
-    artifact answers 404 rolls back and the machines boot through dhcp-httpboot
-    to the report again."""
-    h = boot_network(machines=2, ipv6_only=True)
-    rows = []
-    try:
-        rows = scenarios.migration_chain(h)
+        rows = scenario(*args)
     except scenarios.ScenarioFailed as exc:
         rows = exc.rows
         raise
     finally:
         e2e_report(rows)
-    by_step = {}
-    for r in rows:
-        by_step.setdefault(r.step, []).append(r)
-    for target in scenarios.CHAIN:
-        done = by_step[f"migrate to {target}"]
-        assert [r.outcome for r in done] == ["done", "done"]
-        assert all(r.evidence.startswith("report from fd55:") for r in done)
-        assert [[s.split()[0] for s in r.chain.split(" > ")] for r in done] == [
-            scenarios.FETCHES[target] + scenarios.IMAGES + ["report"]] * 2
-    assert all(r.note.startswith("HttpBootUri https://, TLS front: TLSv1.")
-               for r in by_step["migrate to redfish-http-url"])
-    assert [r.outcome for r in by_step["migrate to e2e-http-url-404"]] == [
-        "rolled_back", "rolled_back"]
-    again = by_step["after rollback"]
-    assert [r.outcome for r in again] == ["booted again", "booted again"]
-    assert all(r.chain.split(" > ")[-1].startswith("report") for r in again)
+    return rows
 
 
-def test_https_boot_needs_the_enrolled_ca(boot_network, e2e_report):
+@pytest.mark.parametrize("path", ["pxe"])
+def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
+    """One machine registered on pxe (metalboot writes its DHCP entries at enrolment)
+    and powered on: OVMF PXEv4 -> dnsmasq TFTP snponly.efi -> iPXE -> boot.ipxe ->
+    kernel and initrd -> metal-hammer's boot report. The legacy path, with DHCPv4.
+    """
+    rows = reported(e2e_report, scenarios.enrol_and_boot, boot_network(machines=1), path)
+    assert [(r.outcome, r.evidence.split()[0]) for r in rows] == [("booted", "boot.ipxe")]
+    assert [stage.split()[0] for stage in rows[0].chain.split(" > ")] == [
+        "boot.ipxe", "vmlinuz", "initrd.img", "report"]
+
+
+#: How each path's fetch of boot.ipxe by MAC may be bound (address_binding)
+BY_MAC = {"redfish-virtual-media-ipxe": {"eui64"},
+          "redfish-http-url": {"eui64", "prefix", "dhcp-lease"},
+          "dhcp-httpboot": set()}
+
+
+@pytest.mark.parametrize("path", scenarios.CHAIN)
+def test_migration_boots_to_the_report(boot_network, e2e_report, path):
+    """Two machines on an IPv6-only boot network (radvd SLAAC, Kea DHCPv6; no DHCPv4
+    server, no IPv4 address) registered on ``fake`` migrate to ``path``
+    (redfish-http-url over HTTPS: a CA made by the test, enrolled into OVMF
+    through fw_cfg), done only on the boot report of the kernel they booted
+    (require_boot_report), each boot shown stage by stage, all from IPv6
+    addresses."""
+    rows = reported(e2e_report, scenarios.migrate_to_report,
+                    boot_network(machines=2, ipv6_only=True), path)
+    assert [r.outcome for r in rows] == ["done", "done"]
+    assert all(r.evidence.startswith("report from fd55:") for r in rows)
+    assert [[s.split()[0] for s in r.chain.split(" > ")] for r in rows] == [
+        scenarios.FETCHES[path] + scenarios.IMAGES + ["report"]] * 2
+    if path == "redfish-http-url":
+        assert all(r.note.startswith("HttpBootUri https://, TLS front: TLSv1.") for r in rows)
+    # iPXE from the ISO chains boot.ipxe by MAC: from its SLAAC address, or on
+    # redfish-http-url from the address of the firmware's cached DHCPv6 answer,
+    # whose lease OVMF released (bound only by the pool as boot network prefix).
+    # dhcp-httpboot's iPXE chains the machine's token URL instead.
+    bindings = {part.rsplit(": ", 1)[1] for r in rows for part in r.note.split("; ")
+                if " by MAC from " in part}
+    assert bindings <= BY_MAC[path] and bool(bindings) == bool(BY_MAC[path]), [
+        r.note for r in rows]
+
+
+@pytest.mark.parametrize("path", [scenarios.ROLLBACK_SOURCE])
+def test_rollback_boots_the_source_to_the_report(boot_network, e2e_report, path):
+    """Machines registered on ``path`` (IPv6-only network) migrate to a path whose
+    artifact answers 404: the migration rolls back, and the rollback's reset boots
+    them through ``path`` to the report again."""
+    rows = reported(e2e_report, scenarios.rollback_to,
+                    boot_network(machines=1, ipv6_only=True), path)
+    assert [r.outcome for r in rows if r.step == f"migrate to {scenarios.BROKEN}"] == [
+        "rolled_back"]
+    again = [r for r in rows if r.step == "after rollback"]
+    assert [r.outcome for r in again] == ["booted again"]
+    assert [s.split()[0] for s in again[0].chain.split(" > ")] == (
+        scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
+
+
+@pytest.mark.parametrize("path", ["redfish-http-url"])
+def test_https_boot_needs_the_enrolled_ca(boot_network, e2e_report, path):
     """The same HTTPS boot with a CA in OVMF that did not sign the server's
     certificate: the firmware itself breaks off the TLS handshake and reports
     that it could not get the file; nothing is fetched, no evidence."""
@@ -76,4 +103,3 @@ def test_https_boot_needs_the_enrolled_ca(boot_network, e2e_report):
     assert evidence == []
     assert attempts and all("tls" not in a for a in attempts), attempts
     assert "Error: Could not retrieve NBP file size from HTTP server." in console, console
-

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metalboot_framework import address_binding
+from metalboot_framework.dhcp import leases as leases_module
 from metalboot_framework.address_binding import eui64_interface_id
 from tests.conftest import machine_body
 
@@ -21,11 +21,17 @@ def leases(tmp_path):
 
 
 @pytest.fixture
-def conf(conf, leases):
-    """No loopback: a prefix of partition p1, and dnsmasq's lease file."""
+def kea_leases(tmp_path):
+    return tmp_path / "kea-leases6.csv"
+
+
+@pytest.fixture
+def conf(conf, leases, kea_leases):
+    """No loopback: a prefix of partition p1, dnsmasq's and Kea's lease files."""
     conf.set_override("boot_network_prefixes", ["p1=2001:db8:77::/48", "198.51.100.0/24"],
                       group="artifacts")
     conf.set_override("lease_file", str(leases), group="dnsmasq")
+    conf.set_override("lease_file", str(kea_leases), group="kea")
     return conf
 
 
@@ -109,11 +115,48 @@ def test_registered_nic_addresses_and_dnsmasq_leases_bind(app, api, partition, l
     # a released lease is trusted no longer than RECHECK after the last look;
     # a lease granted since the file was read is seen at once
     leases.write_text("0 52:54:00:00:00:33 10.55.0.126 host1 *\n")
-    time.sleep(address_binding.RECHECK)
+    time.sleep(leases_module.RECHECK)
     fetch_by_mac(app, "52:54:00:00:00:03", "10.55.0.123")
     assert last_evidence(api, mid)["kind"] == "unverified"
     leases.write_text("0 52:54:00:00:00:33 10.55.0.127 host1 *\n")
     fetch_by_mac(app, "52:54:00:00:00:03", "10.55.0.127")
+    assert last_evidence(api, mid)["kind"] == "fetch"
+
+
+#: Kea 2.2's memfile lease6 header, as kea-dhcp6 writes it
+KEA_HEADER = ("address,duid,valid_lifetime,expire,subnet_id,pref_lifetime,lease_type,iaid,"
+              "prefix_len,fqdn_fwd,fqdn_rev,hostname,hwaddr,state,user_context,hwtype,"
+              "hwaddr_source\n")
+
+
+def kea_row(address, mac, expire, valid=3600, lease_type=0, state=0):
+    return (f"{address},00:03:00:01:{mac},{valid},{expire},1,3000,{lease_type},1,128,0,0,,"
+            f"{mac},{state},,1,2\n")
+
+
+def test_kea_dhcpv6_leases_bind(app, api, partition, kea_leases):
+    body = machine_body(4, nics=[{"mac": "52:54:00:00:00:04"}, {"mac": "52:54:00:00:00:44"}])
+    mid = api.post("/v1/machines", json=body).json["id"]
+    later = int(time.time()) + 3600
+    # the last row of an address holds; LFC's older file is read first
+    kea_leases.with_name(kea_leases.name + ".1").write_text(
+        KEA_HEADER + kea_row("fd55::1001", "52:54:00:00:00:44", later)
+        + kea_row("fd55::1006", "52:54:00:00:00:44", later))
+    kea_leases.write_text(
+        KEA_HEADER + kea_row("fd55::1002", "52:54:00:00:00:04", later - 7200)  # expired
+        + kea_row("fd55::1003", "52:54:00:00:00:44", later, state=1)           # declined
+        + kea_row("fd55::1004", "52:54:00:00:00:99", later)                    # another MAC
+        + kea_row("fd55::1005", "52:54:00:00:00:04", later, lease_type=2)      # a prefix
+        + kea_row("fd55::1006", "52:54:00:00:00:44", later, valid=0))          # released
+    for address, kind in (("fd55::1001", "fetch"), ("fd55::1002", "unverified"),
+                          ("fd55::1003", "unverified"), ("fd55::1004", "unverified"),
+                          ("fd55::1005", "unverified"), ("fd55::1006", "unverified")):
+        fetch_by_mac(app, "52:54:00:00:00:04", address)
+        assert last_evidence(api, mid)["kind"] == kind, address
+    # a lease granted since the file was read is seen at once
+    with open(kea_leases, "a") as f:
+        f.write(kea_row("fd55::1007", "52:54:00:00:00:04", later))
+    fetch_by_mac(app, "52:54:00:00:00:04", "fd55::1007")
     assert last_evidence(api, mid)["kind"] == "fetch"
 
 

@@ -227,9 +227,11 @@ class Kea(Daemon):
         self.include = root / "metalboot-reservations6.json"
         self.include.write_text("")
         self.socket = root / "run" / "kea6.sock"
+        self.lease_file = root / "kea-leases6.csv"
         self.conf_path = root / "kea-dhcp6.conf"
         self.conf_path.write_text(KEA_CONF % {"root": root, "include": self.include,
-                                              "socket": self.socket})
+                                              "socket": self.socket,
+                                              "leases": self.lease_file})
         env = {"KEA_PIDFILE_DIR": str(root / "run"), "KEA_LOCKFILE_DIR": str(root / "run")}
         super().__init__(net, "kea", ["kea-dhcp6", "-c", str(self.conf_path)],
                          root / "kea.out", env=env)
@@ -274,7 +276,8 @@ KEA_CONF = """\
   "interfaces-config": {"interfaces": ["br0"]},
   "control-socket": {"socket-type": "unix", "socket-name": "%(socket)s"},
   "data-directory": "%(root)s",
-  "lease-database": {"type": "memfile", "persist": false},
+  "lease-database": {"type": "memfile", "persist": true, "name": "%(leases)s",
+                     "lfc-interval": 0},
   "loggers": [{"name": "kea-dhcp6", "severity": "INFO",
                "output_options": [{"output": "%(root)s/kea.log"}]}],
   "subnet6": [{"id": 1, "subnet": "fd77::/64", "interface": "br0",
