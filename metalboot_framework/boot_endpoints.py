@@ -12,6 +12,7 @@ What is served and to whom is decided in :mod:`metalboot_framework.artifacts`.
 """
 
 import json
+import operator
 import os
 from collections import namedtuple
 
@@ -29,13 +30,18 @@ BOOT_REPORT = "/v1/machines/<machine_id>/boot-report"
 _GET = frozenset(("GET", "HEAD"))
 
 
-class Route(namedtuple("Route", "name methods parts")):
-    """A route as :func:`match` reads it: its segments, None for a variable."""
+class Route(namedtuple("Route", "name methods length fixed values variables")):
+    """A route as :func:`match` reads it: the number of its segments, its fixed
+    segments (an itemgetter of their indexes, and their values) and an
+    itemgetter of its variables."""
 
     @classmethod
     def of(cls, name, methods, rule):
-        return cls(name, frozenset(methods), tuple(
-            None if part.startswith("<") else part for part in rule.split("/")))
+        parts = rule.split("/")
+        fixed = [i for i, part in enumerate(parts) if not part.startswith("<")]
+        variables = [i for i, part in enumerate(parts) if part.startswith("<")]
+        return cls(name, frozenset(methods), len(parts), operator.itemgetter(*fixed),
+                   tuple(parts[i] for i in fixed), operator.itemgetter(*variables))
 
 
 # Ranked as werkzeug ranks rules: those with more fixed segments first.
@@ -45,28 +51,22 @@ ROUTES = (Route.of("script_by_mac", _GET, SCRIPT_BY_MAC),
           Route.of("boot_report", ("POST",), BOOT_REPORT))
 _BY_LENGTH = {}
 for _route in ROUTES:
-    _BY_LENGTH.setdefault(len(_route.parts), []).append(_route)
+    _BY_LENGTH.setdefault(_route.length, []).append(_route)
 
 
 def match(method, path):
-    """(route name, [variables]) for ``method`` and the percent-decoded
+    """(route name, its variables) for ``method`` and the percent-decoded
     ``path``, or None (the API's 404). Variables are ``[^{}/]+``: no empty
-    segment, no brace; a route whose method differs does not match."""
+    segment, no brace; a route whose method differs does not match. On the
+    path of every request: itemgetters, no loop over segments."""
     parts = path.split("/")
     routes = _BY_LENGTH.get(len(parts))
     if routes is None or "" in parts[1:] or "{" in path or "}" in path:
         return None
     for route in routes:
-        if method not in route.methods:
-            continue
-        variables = []
-        for fixed, part in zip(route.parts, parts, strict=True):
-            if fixed is None:
-                variables.append(part)
-            elif fixed != part:
-                break
-        else:
-            return route.name, variables
+        if method in route.methods and route.fixed(parts) == route.values:
+            variables = route.variables(parts)
+            return route.name, variables if type(variables) is tuple else (variables,)
     return None
 
 

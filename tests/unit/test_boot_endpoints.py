@@ -15,17 +15,17 @@ M = "3f2b8c1e-0000-4000-8000-000000000001"
 
 
 @pytest.mark.parametrize("method,path,expected", [
-    ("GET", f"/boot/{M}/fake/tok/boot.ipxe", ("machine_artifact", [M, "fake", "tok",
-                                                                   "boot.ipxe"])),
-    ("HEAD", f"/boot/{M}/fake/tok/kernel", ("machine_artifact", [M, "fake", "tok", "kernel"])),
+    ("GET", f"/boot/{M}/fake/tok/boot.ipxe", ("machine_artifact", (M, "fake", "tok",
+                                                                   "boot.ipxe"))),
+    ("HEAD", f"/boot/{M}/fake/tok/kernel", ("machine_artifact", (M, "fake", "tok", "kernel"))),
     # fixed segments first, as werkzeug ranks rules
     ("GET", "/boot/mac/52:54:00:00:00:01/fake/boot.ipxe",
-     ("script_by_mac", ["52:54:00:00:00:01", "fake"])),
+     ("script_by_mac", ("52:54:00:00:00:01", "fake"))),
     ("GET", "/boot/mac/52:54:00:00:00:01/fake/other.efi",
-     ("machine_artifact", ["mac", "52:54:00:00:00:01", "fake", "other.efi"])),
-    ("GET", "/boot/partitions/p1/redfish/x.iso", ("partition_artifact", ["p1", "redfish",
-                                                                         "x.iso"])),
-    ("POST", f"/v1/machines/{M}/boot-report", ("boot_report", [M])),
+     ("machine_artifact", ("mac", "52:54:00:00:00:01", "fake", "other.efi"))),
+    ("GET", "/boot/partitions/p1/redfish/x.iso", ("partition_artifact", ("p1", "redfish",
+                                                                         "x.iso"))),
+    ("POST", f"/v1/machines/{M}/boot-report", ("boot_report", (M,))),
     # a route whose method differs, an empty segment, a brace, a segment too many
     ("POST", f"/boot/{M}/fake/tok/boot.ipxe", None),
     ("GET", f"/v1/machines/{M}/boot-report", None),
