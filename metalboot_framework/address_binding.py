@@ -25,24 +25,11 @@ script whose token proves nothing either (:mod:`metalboot_framework.tokens`).
 
 import ipaddress
 
+from metalboot_framework.conf.artifacts import parse_prefix_entry
+from metalboot_framework.dhcp.dnsmasq import DnsmasqLeases
+from metalboot_framework.dhcp.kea import KeaLeases
+
 _LOW64 = (1 << 64) - 1
-
-
-def parse_prefix_entry(text):
-    """``PREFIX`` or ``PARTITION=PREFIX`` -> (partition or None, network)."""
-    partition, _, prefix = text.strip().rpartition("=")
-    try:
-        network = ipaddress.ip_network(prefix.strip(), strict=False)
-    except ValueError:
-        raise ValueError(f"{text!r} is not PREFIX or PARTITION=PREFIX (e.g. "
-                         f"fra-1=2001:db8:1::/64 or 10.0.0.0/24)") from None
-    return partition.strip() or None, network
-
-
-def prefix_entry(text):
-    """oslo.config item type of ``boot_network_prefixes``: the entry, checked."""
-    parse_prefix_entry(text)
-    return text.strip()
 
 
 def eui64_interface_id(mac):
@@ -69,10 +56,6 @@ class AddressBinding:
     def __init__(self, conf):
         self.prefixes = [parse_prefix_entry(entry)
                          for entry in conf.artifacts.boot_network_prefixes]
-        # the DHCP servers' lease readers (imported here: the dhcp package
-        # imports the configuration, which imports this module)
-        from metalboot_framework.dhcp.dnsmasq import DnsmasqLeases
-        from metalboot_framework.dhcp.kea import KeaLeases
         self.leases = [reader(path) for reader, path in (
             (DnsmasqLeases, conf.dnsmasq.lease_file), (KeaLeases, conf.kea.lease_file))
             if path]

@@ -3,8 +3,9 @@ fetch it, and what a fetch leaves as boot evidence.
 
 Two servers answer booting machines: the Flask blueprint
 (:mod:`metalboot_framework.api.boot`, in metalboot-server and metalboot-api) and
-metalboot-boot-server (:mod:`metalboot_framework.cmd.boot_server`, asyncio). Both
-call the functions here, so that the token check, the "same 404 for
+metalboot-boot-server (:mod:`metalboot_framework.boot_server`, asyncio). Both
+call the functions here (and answer over HTTP through
+:mod:`metalboot_framework.boot_endpoints`), so that the token check, the "same 404 for
 everything" rule, the MAC lookup rule, rendering and the evidence rows exist
 once. The functions take a database connection (or session) from the caller and
 do no I/O of their own beyond what a plugin's ``get_artifact`` does, so the
@@ -26,7 +27,7 @@ from werkzeug.utils import get_content_type
 
 from metalboot_framework import machine_steps
 from metalboot_framework.boot_interface import Artifact
-from metalboot_framework.exceptions import NotFound
+from metalboot_framework.exceptions import NotFound, Unauthorized
 from metalboot_framework.store import driver_insert, models
 from metalboot_framework.snapshots import machine_info, partition_info
 from metalboot_framework.store.unindexed import unindexed
@@ -361,7 +362,6 @@ def check_report(services, conn, machine_id, token, boot_interface):
     """Raise unless a boot report of ``machine_id`` with ``token`` may be
     recorded; whether ``token`` is the machine's own (False: its unbound token,
     the report is unverified evidence)."""
-    from metalboot_framework.api.auth import Unauthorized
     services.interfaces.require(boot_interface)  # the token is bound to one
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()

@@ -18,6 +18,18 @@ class InvalidInput(MetalbootError):
     code = 422
 
 
+class Unauthorized(MetalbootError):
+    """A missing or unknown token (an API token, or a machine's own)."""
+
+    code = 401
+
+
+class Forbidden(MetalbootError):
+    """A token whose role does not allow the call."""
+
+    code = 403
+
+
 class NotFound(MetalbootError):
     code = 404
 

@@ -4,15 +4,9 @@ import hmac
 
 from flask import current_app, request
 
-from metalboot_framework.exceptions import MetalbootError
+from metalboot_framework.exceptions import Forbidden, Unauthorized
 
-
-class Unauthorized(MetalbootError):
-    code = 401
-
-
-class Forbidden(MetalbootError):
-    code = 403
+__all__ = ["Forbidden", "Unauthorized", "bearer_token", "require", "role_of"]
 
 
 def _matches(token, candidates):

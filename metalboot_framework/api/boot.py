@@ -8,17 +8,21 @@ Answers are plain files, with HTTP Range and ETag support, since BMCs read
 ISOs in ranges.
 
 What is served, to whom, and what a fetch records is decided in
-:mod:`metalboot_framework.artifacts`, which metalboot-boot-server (the asyncio
-artifact server for boot storms) shares.
+:mod:`metalboot_framework.artifacts`; how an answer is made (routes, Range and
+conditional requests, headers) in :mod:`metalboot_framework.boot_endpoints`.
+metalboot-boot-server (the asyncio artifact server for boot storms) answers
+through both too; this blueprint only reads its request and sends the reply.
 """
 
-import io
+import time
 
-from flask import Blueprint, jsonify, request, send_file
+from flask import Blueprint, Response, jsonify, request
+from werkzeug.http import http_date
 
-from metalboot_framework import artifacts
+from metalboot_framework import artifacts, boot_endpoints
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
+from metalboot_framework.boot_endpoints import Answer, Incoming
 from metalboot_framework.exceptions import NotFound
 
 bp = Blueprint("boot", __name__)
@@ -33,28 +37,58 @@ def _record(services, rows):
     return ids
 
 
-def _serve(artifact, name):
-    if artifact.path is not None:
-        return send_file(artifact.path, mimetype=artifact.content_type, conditional=True,
-                         etag=True, download_name=name)
-    return send_file(io.BytesIO(artifact.content), mimetype=artifact.content_type,
-                     conditional=True, etag=artifacts.content_etag(artifact.content),
-                     download_name=name, max_age=0)
+def _incoming():
+    return Incoming(request.method, request.headers, request.remote_addr)
 
 
-def _artifact_response(services, machine, partition, interface, token, name, by_mac=None):
-    artifact, bound = artifacts.machine_artifact(services, machine, partition, interface,
-                                                 token, name, request.remote_addr)
-    response = _serve(artifact, name)
-    if response.status_code in artifacts.EVIDENCE_STATUSES:
-        _record(services, [artifacts.fetch_evidence(machine.id, interface, name,
-                                                    request.remote_addr,
-                                                    request.headers.get("Range"),
-                                                    bound=bound, by_mac=by_mac)])
+def _file_span(opened, start, stop):
+    """The bytes [start, stop) of an opened file, in chunks."""
+    while start < stop:
+        count = min(stop - start, 256 * 1024)
+        yield boot_endpoints.read_span(opened, start, count)
+        start += count
+
+
+def _serve(answer, reply_of):
+    """The :class:`boot_endpoints.Reply` that ``reply_of()`` makes of
+    ``answer``, as a Flask response; the answer's file (if any) is closed
+    when the response is."""
+    try:
+        reply = reply_of()
+        body = _file_span(reply.opened, reply.start, reply.stop) \
+            if reply.opened is not None else reply.body
+        response = Response(body, status=reply.status, headers=reply.headers)
+        if not any(name == "Content-Type" for name, _ in reply.headers):
+            del response.headers["Content-Type"]  # not Flask's default: as sent
+        if reply.status != 304:
+            response.headers["Content-Length"] = str(reply.length)
+    except BaseException:
+        if answer.opened is not None:
+            answer.opened.close()
+        raise
+    if answer.opened is not None:
+        response.call_on_close(answer.opened.close)
     return response
 
 
-@bp.get("/boot/<machine_id>/<interface>/<token>/<name>")
+def _artifact_response(services, machine, partition, interface, token, name, by_mac=None):
+    incoming = _incoming()
+    artifact, bound = artifacts.machine_artifact(services, machine, partition, interface,
+                                                 token, name, incoming.remote)
+    answer = Answer.of(artifact, name)
+
+    def reply_of():
+        reply, row = boot_endpoints.fetch_reply(incoming, answer, machine.id, interface, name,
+                                                http_date(time.time()), bound=bound,
+                                                by_mac=by_mac)
+        if row is not None:
+            _record(services, [row])
+        return reply
+
+    return _serve(answer, reply_of)
+
+
+@bp.get(boot_endpoints.MACHINE_ARTIFACT)
 def machine_artifact(machine_id, interface, token, name):
     """A per-machine artifact; its fetch is boot evidence."""
     services = current_services()
@@ -66,7 +100,7 @@ def machine_artifact(machine_id, interface, token, name):
     return _artifact_response(services, machine, partition, interface, token, name)
 
 
-@bp.get("/boot/mac/<mac>/<interface>/boot.ipxe")
+@bp.get(boot_endpoints.SCRIPT_BY_MAC)
 def boot_script_by_mac(mac, interface):
     """boot.ipxe found by MAC, for scripts shared by a partition (virtual-media ISO).
 
@@ -87,16 +121,18 @@ def boot_script_by_mac(mac, interface):
                               artifacts.SCRIPT_NAME, by_mac=binding)
 
 
-@bp.get("/boot/partitions/<partition_id>/<interface>/<name>")
+@bp.get(boot_endpoints.PARTITION_ARTIFACT)
 def partition_artifact(partition_id, interface, name):
     """An artifact shared by a partition (e.g. the iPXE ISO); not evidence."""
     services = current_services()
     with services.db.read_conn() as conn:
         partition = artifacts.load_partitions(conn, [partition_id]).get(partition_id)
-    return _serve(artifacts.partition_artifact(services, partition, interface, name), name)
+    answer = Answer.of(artifacts.partition_artifact(services, partition, interface, name), name)
+    return _serve(answer, lambda: boot_endpoints.artifact_reply(_incoming(), answer,
+                                                                http_date(time.time())))
 
 
-@bp.post("/v1/machines/<machine_id>/boot-report")
+@bp.post(boot_endpoints.BOOT_REPORT)
 @endpoint(role="machine", body=schemas.BootReportSchema,
           responses={201: schemas.BootReportResultSchema}, extra_errors=(401,),
           tags=["boot"], example={"boot_interface": "fake", "message": "booted"})
@@ -108,10 +144,11 @@ def report_boot(machine_id, body):
     """
     services = current_services()
     machine_id = schemas.canonical_machine_id(machine_id)
-    token = artifacts.bearer_token(request.headers.get("Authorization")) or body.get("token")
+    incoming = _incoming()
     with services.db.read_conn() as conn:
-        bound = artifacts.check_report(services, conn, machine_id, token,
+        bound = artifacts.check_report(services, conn, machine_id,
+                                       boot_endpoints.report_token(incoming, body),
                                        body["boot_interface"])
     [evidence_id] = _record(services, [artifacts.report_evidence(
-        machine_id, body, request.remote_addr, bound=bound)])
+        machine_id, body, incoming.remote, bound=bound)])
     return jsonify({"machine_id": machine_id, "evidence_id": evidence_id}), 201

@@ -172,11 +172,39 @@ def parse_json(raw):
     return data
 
 
-def json_body():
-    if request.mimetype != "application/json":
+def json_body(mimetype, raw):
+    """A request body (bytes) of ``mimetype`` as JSON (see :func:`parse_json`)."""
+    if mimetype != "application/json":
         raise UnsupportedMediaType(
-            f"the body must be application/json, not {request.mimetype or 'absent'}")
-    return parse_json(request.get_data(cache=True))
+            f"the body must be application/json, not {mimetype or 'absent'}")
+    return parse_json(raw)
+
+
+def load_body(schema, mimetype, raw, many=None):
+    """What ``@endpoint(body=schema)`` checks of a body, for any server: a
+    JSON object (or, with ``many``, a list of up to that many) valid for
+    ``schema`` (a class). Returns (the loaded body, whether it was a list)."""
+    data = json_body(mimetype, raw)
+    if many and isinstance(data, list):
+        if len(data) > many:
+            raise InvalidInput(f"at most {many} items per request, got {len(data)}",
+                               fields={"_schema": [f"at most {many} items"]})
+        if not data:
+            raise InvalidInput("the list is empty",
+                               fields={"_schema": ["give at least one item"]})
+        return _load(schema(), data, "body", many=True), True
+    if not isinstance(data, dict):
+        raise InvalidInput("the body must be a JSON object" + (" or a list" if many else ""),
+                           fields={"_schema": ["must be an object"]})
+    return _load(schema(), data, "body"), False
+
+
+def reject_query(names):
+    """InvalidInput naming the query parameters of an endpoint that takes none."""
+    if names:
+        unknown = sorted(names)
+        raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)}",
+                           fields={k: ["Unknown field."] for k in unknown})
 
 
 def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=None,
@@ -200,33 +228,16 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
             if role in ("reader", "admin"):
                 auth.require(role)
             if body is not None:
-                data = json_body()
-                if body_many and isinstance(data, list):
-                    if len(data) > body_many:
-                        raise InvalidInput(
-                            f"at most {body_many} items per request, got {len(data)}",
-                            fields={"_schema": [f"at most {body_many} items"]})
-                    if not data:
-                        raise InvalidInput("the list is empty",
-                                           fields={"_schema": ["give at least one item"]})
-                    kwargs["body"] = _load(body(), data, "body", many=True)
-                    kwargs["many"] = True
-                else:
-                    if not isinstance(data, dict):
-                        raise InvalidInput("the body must be a JSON object"
-                                           + (" or a list" if body_many else ""),
-                                           fields={"_schema": ["must be an object"]})
-                    kwargs["body"] = _load(body(), data, "body")
-                    if body_many:
-                        kwargs["many"] = False
+                kwargs["body"], many = load_body(body, request.mimetype,
+                                                 request.get_data(cache=True), body_many)
+                if body_many:
+                    kwargs["many"] = many
             if query is not None:
                 params = request.args.to_dict()
                 reject_bad_text(params)
                 kwargs["query"] = _load(query(), params, "query")
-            elif request.args:
-                unknown = sorted(request.args)
-                raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)}",
-                                   fields={k: ["Unknown field."] for k in unknown})
+            else:
+                reject_query(set(request.args))
             return view(*args, **kwargs)
 
         wrapper._mb_doc = dict(role=role, body=body, body_many=body_many, query=query,

@@ -1,8 +1,26 @@
 """[artifacts]: boot scripts and files that booting machines download."""
 
+import ipaddress
+
 from oslo_config import cfg
 
-from metalboot_framework.address_binding import prefix_entry
+
+def parse_prefix_entry(text):
+    """``PREFIX`` or ``PARTITION=PREFIX`` -> (partition or None, network)."""
+    partition, _, prefix = text.strip().rpartition("=")
+    try:
+        network = ipaddress.ip_network(prefix.strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{text!r} is not PREFIX or PARTITION=PREFIX (e.g. "
+                         f"fra-1=2001:db8:1::/64 or 10.0.0.0/24)") from None
+    return partition.strip() or None, network
+
+
+def prefix_entry(text):
+    """oslo.config item type of ``boot_network_prefixes``: the entry, checked."""
+    parse_prefix_entry(text)
+    return text.strip()
+
 
 opts = [
     cfg.StrOpt("template_dir",

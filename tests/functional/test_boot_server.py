@@ -136,6 +136,7 @@ def test_same_answers_as_flask(boot_pair):
         (script, {"Range": "bytes=5000-6000"}), (script, {"Range": "bytes=0-1,4-5"}),
         (script, {"If-None-Match": etag}), (script, {"Range": "bytes=0-5", "If-Range": etag}),
         (script, {"Range": "bytes=0-5", "If-Range": '"other"'}),
+        (script, {"If-Match": '"other"'}), (script, {"Range": "bytes=9999-"}),
         (f"/boot/{mid}/fake/{'0' * 32}/boot.ipxe", {}),
         (f"/boot/{mid}/pxe/{token}/boot.ipxe", {}),
         (f"/boot/{mid}/fake/{token}/other.efi", {}),
@@ -465,7 +466,7 @@ def test_machine_registered_again_is_not_its_old_snapshot(boot_pair):
 
 
 def test_background_refresh_keeps_only_unchanged_entries():
-    from metalboot_framework.cmd.boot_server import BatchCache
+    from metalboot_framework.boot_server.cache import BatchCache
 
     loads, checks = [], []
     changed = {2}
@@ -500,7 +501,7 @@ def test_background_refresh_slower_than_a_fifth_of_the_ttl_still_keeps_entries()
     the entries before they expire: checks begin every half ttl, counted from
     one beginning to the next. Begun 0.8 ttl after the previous one ended, the
     entry would expire before each check's answer and every fetch load it again."""
-    from metalboot_framework.cmd.boot_server import BatchCache
+    from metalboot_framework.boot_server.cache import BatchCache
 
     loads = []
 
@@ -546,7 +547,7 @@ def test_workers_zero_is_one_per_cpu(boot_pair):
 def test_concurrent_misses_share_one_query_and_expire():
     import asyncio
 
-    from metalboot_framework.cmd.boot_server import BatchCache
+    from metalboot_framework.boot_server.cache import BatchCache
 
     calls = []
 
@@ -574,7 +575,7 @@ def test_concurrent_misses_share_one_query_and_expire():
 def test_warmed_keys_load_once_and_a_request_meanwhile_waits_for_that_load():
     """warm() queues only keys neither cached nor loading; a get() of a key
     being warmed shares its load; a warmed key is cached like a fetched one."""
-    from metalboot_framework.cmd.boot_server import BatchCache
+    from metalboot_framework.boot_server.cache import BatchCache
 
     calls = []
 
@@ -605,7 +606,7 @@ def test_warm_up_that_cannot_read_warns_once_and_says_when_it_works_again(
     looks, one line when they work again."""
     import logging
 
-    from metalboot_framework.cmd.boot_server import BootServer
+    from metalboot_framework.boot_server.app import BootServer
 
     conf.set_override("warm_interval", 0.02, group="boot_server")
 
@@ -624,7 +625,7 @@ def test_warm_up_that_cannot_read_warns_once_and_says_when_it_works_again(
         finally:
             await server.stop()
 
-    with caplog.at_level(logging.INFO, logger="metalboot_framework.cmd.boot_server"):
+    with caplog.at_level(logging.INFO, logger="metalboot_framework.boot_server"):
         asyncio.run(scenario())
     lines = [r.getMessage() for r in caplog.records]
     warnings = [m for m in lines if m.startswith("cannot read the machines about to boot")]
@@ -637,7 +638,7 @@ def test_evidence_rows_share_a_future_per_group_and_a_cancel_is_the_waiters_own(
     a batch takes whole groups; a request cancelled while it waits (its client
     went away) is cancelled alone, and its row is committed all the same."""
     from metalboot_framework import artifacts
-    from metalboot_framework.cmd.boot_server import EvidenceWriter
+    from metalboot_framework.boot_server.evidence import EvidenceWriter
 
     def row(machine_id, kind="fetch"):
         return artifacts.evidence_row(machine_id, FAKE, kind, "boot.ipxe", "10.0.0.1",
@@ -802,7 +803,7 @@ def test_expect_100_continue(boot_pair):
 
 
 def test_cancelled_waiter_leaves_the_others_their_value():
-    from metalboot_framework.cmd.boot_server import BatchCache
+    from metalboot_framework.boot_server.cache import BatchCache
 
     def load(keys, _stale):
         time.sleep(0.1)
