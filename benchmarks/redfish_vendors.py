@@ -73,7 +73,7 @@ def server_conf(interfaces):
 
 def firmware(session, nic):
     """What the machine's UEFI firmware and iPXE do after a reset."""
-    from metalboot_framework.cli.demo import _autoexec_from_iso
+    from metalboot_framework.cli.demo.firmware import autoexec_from_iso
     from benchmarks.redfish import SimulatedMachines
 
     def boot(outcome):
@@ -81,7 +81,7 @@ def firmware(session, nic):
         if not url:
             return
         iso = session.get(url, timeout=60)
-        match = SimulatedMachines.CHAIN_RE.search(_autoexec_from_iso(iso.content))
+        match = SimulatedMachines.CHAIN_RE.search(autoexec_from_iso(iso.content))
         session.get(SimulatedMachines.MAC_RE.sub(nic, match.group(1)), timeout=60)
     return boot
 

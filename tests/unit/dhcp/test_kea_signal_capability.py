@@ -57,7 +57,10 @@ def kea_of_another_user(tmp_path):
         pytest.fail("setpriv is not installed (Debian package util-linux)")
     daemon = pwd.getpwnam("daemon")
     proc = subprocess.Popen([shutil.which("setpriv"), f"--reuid={daemon.pw_uid}",
-                             f"--regid={daemon.pw_gid}", "--clear-groups", "sleep", "120"])
+                             f"--regid={daemon.pw_gid}", "--clear-groups", "sleep", "120"],
+                            # as a daemon would: SIGHUP not ignored even where the
+                            # tests run under nohup (ignored signals are inherited)
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     pid_file = tmp_path / "kea-dhcp6.pid"
     pid_file.write_text(f"{proc.pid}\n")
     yield proc, pid_file
