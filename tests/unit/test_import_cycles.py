@@ -14,10 +14,6 @@ import metalboot_framework
 
 PACKAGE = pathlib.Path(metalboot_framework.__file__).parent
 
-#: Imports allowed to close a cycle, (importing module, imported module): why.
-#: Empty: an entry here needs a reason, and the test below keeps it honest.
-KNOWN_CYCLES = {}
-
 
 def module_names(root=PACKAGE):
     """{dotted name: (path, is a package)} of every module under ``root``."""
@@ -55,15 +51,12 @@ def imports_of(name, path, is_package, modules):
     return found
 
 
-def import_graph(modules, allowed=KNOWN_CYCLES):
-    """{module: modules it imports}, with the packages each import runs;
-    but for the imports ``allowed`` to close a cycle."""
+def import_graph(modules):
+    """{module: modules it imports}, with the packages each import runs."""
     graph = {}
     for name, (path, is_package) in modules.items():
         edges = set()
         for target in imports_of(name, path, is_package, modules):
-            if (name, target) in allowed:
-                continue
             edges.add(target)
             parts = target.split(".")
             for n in range(1, len(parts)):
@@ -114,19 +107,6 @@ def test_the_framework_has_no_import_cycle():
     graph = import_graph(module_names())
     found = cycles(graph)
     assert not found, "import cycles: " + " | ".join(describe(graph, c) for c in found)
-
-
-def test_each_known_cycle_is_still_there():
-    """An allowed import that is gone, or no longer closes a cycle, comes off the list."""
-    modules = module_names()
-    for known in sorted(KNOWN_CYCLES):
-        importer, imported = known
-        path, is_package = modules[importer]
-        assert imported in imports_of(importer, path, is_package, modules), \
-            f"{importer} no longer imports {imported}: remove it from KNOWN_CYCLES"
-        graph = import_graph(modules, allowed=KNOWN_CYCLES.keys() - {known})
-        assert cycles(graph), \
-            f"{importer} -> {imported} closes no cycle: remove it from KNOWN_CYCLES"
 
 
 def write_package(root, files):
