@@ -5,28 +5,21 @@ SQLite gets WAL, a busy timeout, and writes that take the write lock at BEGIN
 writer instead of failing with "database is locked". Reads use a second engine
 with ordinary deferred transactions so they never queue behind writers.
 
-SQLite has one writer at a time, and a writer that finds the database locked
-sleeps in SQLite's busy handler, up to 100 ms at a go, however soon the lock is
-free. So our writers queue instead: the threads of a process on a lock, the
-processes on one database (metalboot-server, its conductor, the boot server's
-workers) on a POSIX lock of ``<database>.write-lock``, which hands the database
-to the next writer the moment the last one commits. The lock only orders
-writers; SQLite's own locking still decides, so a writer without it (the
-sqlite3 shell, a process that cannot open the file) is merely slower.
+SQLite's writers queue on one lock (:mod:`.write_lock`) rather than in
+SQLite's busy handler.
 """
 
 import contextlib
-import errno
-import fcntl
 import logging
 import os
-import threading
 
 import alembic.command
 import alembic.config
 import sqlalchemy
 from sqlalchemy import event as sa_event
 from sqlalchemy.orm import sessionmaker
+
+from metalboot_framework.store.write_lock import WriteLock
 
 LOG = logging.getLogger(__name__)
 
@@ -70,11 +63,12 @@ class Database:
                 pool_pre_ping=True)
             self.read_engine = self.write_engine
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
-        self._write_lock = threading.Lock() if self.is_sqlite else None
-        self._lock_path = None
-        if self.is_sqlite and self.url.database and self.url.database != ":memory:":
-            self._lock_path = os.path.abspath(self.url.database) + ".write-lock"
-        self._lock_file = None  # (pid, file): a forked child opens its own
+        # SQLite: writers queue here (threads and processes); None on PostgreSQL
+        self._write_lock = None
+        if self.is_sqlite:
+            in_memory = not self.url.database or self.url.database == ":memory:"
+            self._write_lock = WriteLock(
+                None if in_memory else os.path.abspath(self.url.database) + ".write-lock")
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     def _sqlite_engine(self, immediate):
@@ -105,60 +99,12 @@ class Database:
 
         return engine
 
-    @contextlib.contextmanager
     def _writer(self, blocking=True):
-        """Queue for SQLite's write lock (see the module's docstring). Yields
-        whether this writer holds it: always when ``blocking``; else False when
-        another thread or process of ours writes at this moment."""
+        """Queue for SQLite's write lock: a context that yields whether this
+        writer holds it (always when ``blocking``; on PostgreSQL always)."""
         if self._write_lock is None:
-            yield True
-            return
-        if not self._write_lock.acquire(blocking):
-            yield False
-            return
-        try:
-            lock = self._process_lock()
-            if lock is not None:
-                # POSIX locks belong to the process: a second Database on the same
-                # file in this process is not blocked by it (no self-deadlock)
-                try:
-                    fcntl.lockf(lock, fcntl.LOCK_EX if blocking
-                                else fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    if not blocking and exc.errno in (errno.EACCES, errno.EAGAIN):  # held
-                        yield False
-                        return
-                    self._without_process_lock("lock", exc)  # e.g. ENOLCK on NFS
-                    os.close(lock)
-                    lock = None
-            try:
-                yield True
-            finally:
-                if lock is not None:
-                    fcntl.lockf(lock, fcntl.LOCK_UN)
-        finally:
-            self._write_lock.release()
-
-    def _without_process_lock(self, what, exc):
-        LOG.warning("cannot %s %s (%s): SQLite writers of this process wait in SQLite's "
-                    "busy handler instead", what, self._lock_path, exc.strerror)
-        self._lock_file = (os.getpid(), None)
-
-    def _process_lock(self):
-        """This process's descriptor of the lock file; None for an in-memory
-        database or a lock file this process may not open. Called with the
-        thread lock held."""
-        if self._lock_path is None:
-            return None
-        pid = os.getpid()
-        if self._lock_file is None or self._lock_file[0] != pid:
-            # a forked child opens its own (the lock is the process's anyway)
-            try:
-                self._lock_file = (pid, os.open(self._lock_path, os.O_RDWR | os.O_CREAT
-                                                | os.O_CLOEXEC, 0o660))
-            except OSError as exc:
-                self._without_process_lock("open", exc)
-        return self._lock_file[1]
+            return contextlib.nullcontext(True)
+        return self._write_lock.hold(blocking)
 
     @contextlib.contextmanager
     def write(self):
@@ -243,10 +189,8 @@ class Database:
             return MigrationContext.configure(connection).get_current_revision()
 
     def dispose(self):
-        if self._lock_file is not None and self._lock_file[0] == os.getpid() \
-                and self._lock_file[1] is not None:
-            os.close(self._lock_file[1])
-        self._lock_file = None
+        if self._write_lock is not None:
+            self._write_lock.close()
         self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()
