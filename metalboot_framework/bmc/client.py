@@ -137,13 +137,20 @@ class BmcClient:
                 conn and conn.facts.get((None, "system path")))
             if conn is not None and path:
                 self._quirks = conn.facts.get((path, "quirks"))
-        return self._quirks
+        return self._quirks or self.cache.vendor_quirks.get(self.url)
 
     @property
     def vendor(self):
         """The vendor as the quirk table names it, once known."""
         quirks = self._remembered_quirks()
         return quirks.vendor if quirks is not None and quirks.name != "generic" else None
+
+    @property
+    def where(self):
+        """``BMC <address> (<vendor>), system <path>``: how messages name it."""
+        vendor = self.vendor
+        return f"BMC {self.address}{f' ({vendor})' if vendor else ''}, system " \
+               f"{self.system_label}"
 
     @property
     def system_label(self):
@@ -253,6 +260,7 @@ class BmcClient:
             if self._quirks is None:
                 self._quirks = self._find_quirks(conn, doc.data)
                 self.learn(conn, "quirks", self._quirks)
+                self.cache.vendor_quirks[self.url] = self._quirks
         return doc
 
     def system_json(self, conn, reuse=None):
