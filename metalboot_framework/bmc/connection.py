@@ -158,10 +158,10 @@ class ConnectionCache:
         self._entries = collections.OrderedDict()
         self._lock = threading.Lock()
         self._creating = {}
-        #: url -> the vendor quirks learnt of that BMC. They outlive its
-        #: connection, dropped on a connection or authentication error, so
-        #: that such an error still names the vendor.
-        self.vendor_quirks = {}
+        # url -> {name: value}: what was learnt of a BMC that its errors name
+        # (vendor quirks, system path), kept when its connection is dropped
+        # on a connection or authentication error (see remember)
+        self._remembered = {}
 
     def __len__(self):
         with self._lock:
@@ -206,10 +206,19 @@ class ConnectionCache:
                 evicted = []
                 while len(self._entries) > self.max_size:
                     evicted.append(self._entries.popitem(last=False)[1])
-                    self.vendor_quirks.pop(evicted[-1].url, None)
+                    self._remembered.pop(evicted[-1].url, None)
             for stale in ([old] if old else []) + evicted:
                 stale.close()
             return new
+
+    def remember(self, url, name, value):
+        """Keep ``value`` for the BMC at ``url`` beyond its connection: an
+        error after the connection was dropped still names the vendor and
+        the system."""
+        self._remembered.setdefault(url, {})[name] = value
+
+    def recall(self, url, name):
+        return self._remembered.get(url, {}).get(name)
 
     def invalidate(self, url, username):
         with self._lock:
@@ -222,7 +231,7 @@ class ConnectionCache:
             entries = list(self._entries.values())
             self._entries.clear()
             self._slots.clear()
-            self.vendor_quirks.clear()
+            self._remembered.clear()
         for conn in entries:
             conn.close()
 

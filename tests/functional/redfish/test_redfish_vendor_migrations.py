@@ -230,6 +230,10 @@ FAULTS = {
 VENDOR_NAMES = {"supermicro-x12": "Supermicro", "dell-idrac9": "Dell iDRAC",
                 "dell-idrac10": "Dell iDRAC", "hpe-ilo5": "HPE iLO", "lenovo-xcc": "Lenovo XCC"}
 
+#: corpus name -> the path of its system
+SYSTEM_PATHS = {"supermicro-x12": SMC_SYSTEM, "dell-idrac9": DELL_SYSTEM,
+                "dell-idrac10": DELL_SYSTEM, "hpe-ilo5": ILO_SYSTEM}
+
 #: SERVER_CONF with a read timeout short enough for the slow answers here
 FAULT_CONF = SERVER_CONF.replace("read_timeout = 10", "read_timeout = 1")
 REQUEST_RE = re.compile(r"\b(GET|POST|PATCH) /redfish/v1/\S*")
@@ -274,7 +278,8 @@ def _problems(server, name, bmc, state):
     fault = FAULTS[name]
     vendor = VENDOR_NAMES[fault.vendor]
     method, path = fault.request
-    wanted = [f"({vendor})", f"{method} {path}"] + \
+    system = f"system {SYSTEM_PATHS[fault.vendor]}"
+    wanted = [f"({vendor})", system, f"{method} {path}"] + \
         ([fault.message_id] if fault.message_id else [])
     found = []
     if fault.message_id and (method, path, fault.message_id) not in [
@@ -286,7 +291,8 @@ def _problems(server, name, bmc, state):
     if state["state"] == "rollback_failed":
         # the BMC is still broken: last_error is the clean-up's failure, of
         # another request, with the same fault
-        wanted_last = [f"({vendor})"] + ([fault.message_id] if fault.message_id else [])
+        wanted_last = [f"({vendor})", system] + \
+            ([fault.message_id] if fault.message_id else [])
         if not REQUEST_RE.search(error):
             found.append((name, "last_error names no request", error))
     else:
@@ -298,8 +304,7 @@ def _problems(server, name, bmc, state):
         found.append((name, f"no event names {wanted}", messages))
     machine = server.request("GET", f"/v1/machines/{state['machine_id']}").json()
     if state["state"] == "rollback_failed":  # the BMC is still broken
-        if machine["state"] != "error" or f"({vendor})" not in machine["last_error"] or \
-                not REQUEST_RE.search(machine["last_error"]):
+        if machine["state"] != "error" or machine["last_error"] != error:
             found.append((name, "machine", machine))
     texts = [error, machine["last_error"] or "", *messages]
     if any(PASSWORD in t or ROTATED in t for t in texts):
