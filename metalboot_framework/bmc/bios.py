@@ -130,7 +130,7 @@ def stage(client, conn, place, change, system):
 def create_job(client, conn, settings_path, system):
     managers = (system.get("Links") or {}).get("ManagedBy") or []
     if not managers:
-        raise BmcError(f"BMC {client.address}: the system names no manager to create the "
+        raise BmcError(f"{client.where}: the system names no manager to create the "
                        f"BIOS config job on", address=client.address,
                        system=client.system_label, operation="Jobs")
     jobs = managers[0]["@odata.id"].rstrip("/") + "/" + client.quirks_known().bios_config_job
@@ -139,7 +139,7 @@ def create_job(client, conn, settings_path, system):
     if location:
         state = client.read(conn, location).data.get("JobState")
         if state not in JOB_STATES_OK:
-            raise BmcError(f"BMC {client.address}: BIOS config job {location} is {state}, "
+            raise BmcError(f"{client.where}: BIOS config job {location} is {state}, "
                            f"not scheduled", address=client.address,
                            system=client.system_label, operation="Jobs")
     LOG.debug("BMC %s: BIOS config job %s for %s", client.address, location, settings_path)

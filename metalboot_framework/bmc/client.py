@@ -137,7 +137,7 @@ class BmcClient:
                 conn and conn.facts.get((None, "system path")))
             if conn is not None and path:
                 self._quirks = conn.facts.get((path, "quirks"))
-        return self._quirks
+        return self._quirks or self.cache.recall(self.url, "quirks")
 
     @property
     def vendor(self):
@@ -146,8 +146,16 @@ class BmcClient:
         return quirks.vendor if quirks is not None and quirks.name != "generic" else None
 
     @property
+    def where(self):
+        """``BMC <address> (<vendor>), system <path>``: how messages name it."""
+        vendor = self.vendor
+        return f"BMC {self.address}{f' ({vendor})' if vendor else ''}, system " \
+               f"{self.system_label}"
+
+    @property
     def system_label(self):
-        return self._path or self.system_path_hint() or "(default)"
+        return self._path or self.system_path_hint() or \
+            self.cache.recall(self.url, "system path") or "(default)"
 
     # -- plumbing -------------------------------------------------------------
     def connection(self):
@@ -212,6 +220,7 @@ class BmcClient:
                     raise sushy.exceptions.UnknownDefaultError(
                         entity="ComputerSystem", error="System count is not exactly one")
                 path = conn.facts[(None, "system path")] = members[0]
+                self.cache.remember(self.url, "system path", path)
             self._path = path
         return self._path
 
@@ -253,6 +262,7 @@ class BmcClient:
             if self._quirks is None:
                 self._quirks = self._find_quirks(conn, doc.data)
                 self.learn(conn, "quirks", self._quirks)
+                self.cache.remember(self.url, "quirks", self._quirks)
         return doc
 
     def system_json(self, conn, reuse=None):

@@ -49,9 +49,17 @@ class SingleShotConnector(sushy_connector.Connector):
             server_side_retries_left=None, allow_reauth=True, **kwargs):
         if server_side_retries_left is None:
             server_side_retries_left = 0
-        return super()._op(method, path, data=data, headers=headers, blocking=blocking,
-                           timeout=timeout, server_side_retries_left=server_side_retries_left,
-                           allow_reauth=allow_reauth, **kwargs)
+        try:
+            return super()._op(method, path, data=data, headers=headers, blocking=blocking,
+                               timeout=timeout,
+                               server_side_retries_left=server_side_retries_left,
+                               allow_reauth=allow_reauth, **kwargs)
+        except sushy.exceptions.SushyError as exc:
+            # the request that failed, for the error message (see retry.request_of):
+            # set once, by the innermost request (a PATCH sent again without ETag)
+            if getattr(exc, "request", None) is None:
+                exc.request = f"{method} {urllib.parse.urlsplit(path).path or path or '/'}"
+            raise
 
     def check_retry_on_exception(self, exception_msg):
         return False  # our retry policy (and the quirk table) decides
@@ -150,6 +158,10 @@ class ConnectionCache:
         self._entries = collections.OrderedDict()
         self._lock = threading.Lock()
         self._creating = {}
+        # url -> {name: value}: what was learnt of a BMC that its errors name
+        # (vendor quirks, system path), kept when its connection is dropped
+        # on a connection or authentication error (see remember)
+        self._remembered = {}
 
     def __len__(self):
         with self._lock:
@@ -194,9 +206,19 @@ class ConnectionCache:
                 evicted = []
                 while len(self._entries) > self.max_size:
                     evicted.append(self._entries.popitem(last=False)[1])
+                    self._remembered.pop(evicted[-1].url, None)
             for stale in ([old] if old else []) + evicted:
                 stale.close()
             return new
+
+    def remember(self, url, name, value):
+        """Keep ``value`` for the BMC at ``url`` beyond its connection: an
+        error after the connection was dropped still names the vendor and
+        the system."""
+        self._remembered.setdefault(url, {})[name] = value
+
+    def recall(self, url, name):
+        return self._remembered.get(url, {}).get(name)
 
     def invalidate(self, url, username):
         with self._lock:
@@ -209,6 +231,7 @@ class ConnectionCache:
             entries = list(self._entries.values())
             self._entries.clear()
             self._slots.clear()
+            self._remembered.clear()
         for conn in entries:
             conn.close()
 

@@ -185,11 +185,12 @@ def eject(client, device):
     _send(client, operation, device, send)
     after = read_device(client, device)
     if after.has_media:
+        request = f"POST {device.eject_target}" if device.eject_target else \
+            f"PATCH {device.path}"
         raise BmcError(
-            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: {operation} "
-            f"was answered, but {device.id} still holds {after.image or 'media'} "
-            f"(Inserted={after.inserted})", address=client.address,
-            system=client.system_label, operation=operation)
+            f"{client.where}: {operation} was answered ({request}), but {device.id} still "
+            f"holds {after.image or 'media'} (Inserted={after.inserted})",
+            address=client.address, system=client.system_label, operation=operation)
     return after
 
 

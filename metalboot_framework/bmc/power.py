@@ -51,8 +51,8 @@ def _reset(client, choices, operation):
                 system.reset_system(choice)
                 return choice.value
         raise BmcError(
-            f"BMC {client.address}, system {client.system_label}: "
-            f"ComputerSystem.Reset allows none of {', '.join(c.value for c in choices)} "
+            f"{client.where}: ComputerSystem.Reset allows none of "
+            f"{', '.join(c.value for c in choices)} "
             f"(allowed: {', '.join(sorted(a.value for a in allowed))})",
             address=client.address, system=client.system_label,
             operation="ComputerSystem.Reset")
@@ -81,7 +81,7 @@ def wait_for(client, expected, timeout=None, interval=None, since=None):
             return state
         if time.monotonic() - start >= timeout:
             raise BmcError(
-                f"BMC {client.address}, system {client.system_label}: PowerState is "
+                f"{client.where}: PowerState is "
                 f"{state} {timeout:g} s after the ComputerSystem.Reset, expected {expected}",
                 address=client.address, system=client.system_label,
                 operation="ComputerSystem.Reset")

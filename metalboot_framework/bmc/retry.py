@@ -155,28 +155,47 @@ def message_ids(exc):
     return ids or ([code] if code else [])
 
 
+def request_of(exc):
+    """``"METHOD /uri/path"`` of the request that failed with ``exc`` (set by
+    :class:`~metalboot_framework.bmc.connection.SingleShotConnector`), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        request = getattr(exc, "request", None)
+        if request:
+            return request
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+    return None
+
+
 def _short(exc):
+    request = request_of(exc)
+    at = f"{request}: " if request else ""
     if isinstance(exc, sushy_exc.HTTPError):
         ids = message_ids(exc)
-        return f"HTTP {exc.status_code} {', '.join(ids) or exc.code}: " \
+        return f"{at}HTTP {exc.status_code} {', '.join(ids) or exc.code}: " \
                f"{exc.detail or 'no detail'}"
-    return f"{type(exc).__name__}: {exc}"
+    return f"{at}{type(exc).__name__}: {exc}"
 
 
 def translate(exc, *, address, system, operation, username=None, password=None,
               attempts=None, vendor=None):
     """A :class:`BmcError` for ``exc`` naming the BMC (and its vendor, when
-    known), the system, the operation and the Redfish MessageId."""
+    known), the system, the operation, the request that failed (method and
+    URI path) and the Redfish MessageId."""
     if isinstance(exc, MetalbootError):
         return exc
+    request = request_of(exc)
     where = f"BMC {address}{f' ({vendor})' if vendor else ''}, system " \
             f"{system or '(default)'}: {operation}"
     tries = f" after {attempts} attempt(s)" if attempts and attempts > 1 else ""
     kwargs = dict(address=address, system=system, operation=operation)
     if isinstance(exc, sushy_exc.AccessError):
+        ids = message_ids(exc) if exc.body is not None else []
         cls, detail = BmcAuthError, (
             f"the BMC refused the credentials of user {username!r} "
-            f"(HTTP {exc.status_code}); check bmc.username and bmc.password")
+            f"(HTTP {exc.status_code}){f' with {ids[0]}' if ids else ''}; "
+            f"check bmc.username and bmc.password")
     elif isinstance(exc, sushy_exc.ConnectionError):
         cls, detail = BmcConnectionError, f"cannot reach the BMC{tries}: {exc}"
     elif isinstance(exc, OutcomeUnknown):
@@ -185,7 +204,9 @@ def translate(exc, *, address, system, operation, username=None, password=None,
         cls, detail = BmcError, f"the BMC answered HTTP {exc.status_code}{tries}: " \
                                 f"{', '.join(message_ids(exc))}: {exc.detail or 'no detail'}"
     elif isinstance(exc, sushy_exc.ResourceNotFoundError):
-        cls, detail = BmcUnsupported, f"resource not found (HTTP 404): {exc}"
+        ids = message_ids(exc) if exc.body is not None else []
+        cls, detail = BmcUnsupported, f"resource not found (HTTP 404)" \
+                                      f"{f' with {ids[0]}' if ids else ''}: {exc}"
     elif isinstance(exc, sushy_exc.HTTPError):
         cls, detail = BmcError, f"the BMC refused the request (HTTP {exc.status_code}): " \
                                 f"{', '.join(message_ids(exc))}: {exc.detail or 'no detail'}"
@@ -199,6 +220,7 @@ def translate(exc, *, address, system, operation, username=None, password=None,
         cls, detail = BmcError, str(exc)
     else:
         cls, detail = BmcError, f"{type(exc).__name__}: {exc}"
-    message = redact.scrub(f"{where} failed: {detail}", password)
+    message = redact.scrub(f"{where} failed{f' at {request}' if request else ''}: {detail}",
+                           password)
     status = getattr(exc, "status_code", None)
     return cls(message, status_code=status, **kwargs)

@@ -160,7 +160,12 @@ class MockRedfishBmc:
     ({(method, path suffix): seconds}: the request is processed, then
     answered that late), ``eject_conflict`` (EjectMedia answers 409 and keeps
     the media), ``busy`` (that many requests get the vendor's busy refusal),
-    ``password`` (Basic auth checked when set), :meth:`kill` (dead BMC).
+    ``password`` (Basic auth checked when set), :meth:`kill` (dead BMC),
+    ``refuse`` ({(method, path suffix): (status, MessageId, message)}: those
+    requests always get that error answer), :meth:`when` (a change of the
+    BMC's behaviour at a given request, e.g. dying in the middle of a step).
+    ``faults`` holds (method, path, status, MessageId) of each error answer and
+    (method, path, "late", None) of each answer given past ``slow``.
     """
 
     def __init__(self, documents, profile=None, password=None, seed=0):
@@ -193,6 +198,9 @@ class MockRedfishBmc:
         self.eject_conflict = False
         self.eject_ignored = False      # EjectMedia answered 204, media kept
         self.if_matches = []            # (path, If-Match or None) of each PATCH
+        self.refuse = {}
+        self.faults = []
+        self.triggers = []              # [method, path suffix, action] not yet run
         self.on_boot = None             # called (in a thread) with each boot's outcome
         self.password = password
         self.random = random.Random(seed)
@@ -243,6 +251,7 @@ class MockRedfishBmc:
                     raw = self.rfile.read(length) if length else b""
                     body = json.loads(raw) if raw else None
                     path = normalise(self.path)
+                    bmc.run_triggers(self.command, path)
                     with bmc.lock:
                         bmc.log.append((self.command, path, body))
                         bmc.counts[self.command] += 1
@@ -250,6 +259,8 @@ class MockRedfishBmc:
                             status, answer, headers = bmc.answer(
                                 self.command, path, body, self.headers, bool(raw))
                         except Fault as fault:
+                            bmc.faults.append((self.command, path, fault.status,
+                                               fault.message_id))
                             status, answer, headers = fault.status, {"error": {
                                 "code": fault.message_id, "message": fault.message,
                                 "@Message.ExtendedInfo": [{
@@ -257,6 +268,8 @@ class MockRedfishBmc:
                                     "Severity": "Warning"}]}}, {}
                     for (method, suffix), seconds in list(bmc.slow.items()):
                         if method == self.command and path.endswith(suffix):
+                            with bmc.lock:
+                                bmc.faults.append((self.command, path, "late", None))
                             time.sleep(seconds)
                     self.reply(status, answer, headers)
                 finally:
@@ -278,12 +291,16 @@ class MockRedfishBmc:
 
     def answer(self, method, path, body, headers, has_body):
         """(status, body, headers) for one request; may raise :class:`Fault`."""
-        if self.password is not None:
+        # DSP0266: the service root (and /redfish) answers without authentication
+        if self.password is not None and not (method == "GET" and path == "/redfish/v1/"):
             auth = headers.get("Authorization") or ""
             expected = "Basic " + base64.b64encode(
                 f"root:{self.password}".encode()).decode()
             if auth != expected:
                 raise Fault(401, "Base.1.8.NoValidSession", "Invalid username or password")
+        for (refused, suffix), fault in self.refuse.items():
+            if refused == method and path.endswith(suffix):
+                raise Fault(*fault)
         forced = self.statuses.pop(0) if self.statuses else None
         if forced:
             raise Fault(forced, "Base.1.0.GeneralError", "forced")
@@ -496,6 +513,18 @@ class MockRedfishBmc:
         return outcome
 
     # -- test helpers --------------------------------------------------------------
+    def when(self, method, suffix, action):
+        """Run ``action(self)`` once, when the first ``method`` request to a path
+        ending in ``suffix`` arrives, before it is answered."""
+        self.triggers.append([method, suffix, action])
+
+    def run_triggers(self, method, path):
+        with self.lock:
+            due = [t for t in self.triggers if t[0] == method and path.endswith(t[1])]
+            self.triggers = [t for t in self.triggers if t not in due]
+        for _method, _suffix, action in due:
+            action(self)
+
     def kill(self):
         """A dead BMC: nothing listens on its port any more."""
         self.stop()

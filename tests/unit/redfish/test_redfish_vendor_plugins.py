@@ -6,9 +6,11 @@ the outcome from the mock: what the simulated firmware booted, how many
 resets and requests it took, what was left on the BMC.
 """
 
+import dataclasses
+
 import pytest
 
-from redfish_mock_bmc import make_conf
+from redfish_mock_bmc import is_bios_settings, make_conf
 from metalboot_framework.exceptions import BmcError, ValidationFailed
 from metalboot_framework.store import models
 from metalboot_framework.task import BootTask
@@ -300,3 +302,35 @@ def test_validate_reads_the_manager_once(services, vendor_bmc):
     plugin(svc, VMEDIA).validate(task_for(svc, bmc, VMEDIA))
     manager = "/redfish/v1/Managers/iDRAC.Embedded.1"
     assert [p for m, p, _ in bmc.log if m == "GET" and p == manager] == [manager]
+
+
+@pytest.mark.parametrize("vendor", ["dell-idrac9", "dell-idrac10", "hpe-ilo5"])
+def test_if_match_from_the_body_etag_and_428_names_the_refused_patch(
+        services, vendor_bmc, vendor):
+    """A BMC requiring If-Match that gives its ETag only as the body's
+    @odata.etag gets it on every PATCH; one that gives none answers 428, and
+    the error names that PATCH (of the BIOS settings), not another request."""
+    bmc = vendor_bmc(vendor, uefi=True)
+    bmc.profile = dataclasses.replace(bmc.profile, if_match_required=True, etag_in="body")
+    svc = services()
+    task = task_for(svc, bmc, HTTP)
+    iface = plugin(svc, HTTP)
+    iface.validate(task)
+    iface.activate(task)
+    assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")
+    patched = {path for path, _tag in bmc.if_matches}
+    assert any(is_bios_settings(path) for path in patched), patched
+    assert bmc.if_matches and all(tag for _path, tag in bmc.if_matches), bmc.if_matches
+    assert not [f for f in bmc.faults if f[2] == 428]
+
+    bmc = vendor_bmc(vendor, uefi=True)
+    bmc.profile = dataclasses.replace(bmc.profile, if_match_required=True, etag_in="none")
+    task = task_for(svc, bmc, HTTP, "m2")
+    with pytest.raises(BmcError) as exc:
+        iface.activate(task)
+    [(method, refused, _status, message_id)] = [f for f in bmc.faults if f[2] == 428]
+    assert method == "PATCH" and is_bios_settings(refused)
+    text = str(exc.value)
+    assert f"failed at PATCH {refused}" in text and message_id in text, text
+    assert text.count("failed at ") == 1 and PASSWORD not in text
+    assert bmc.resets == [] and bmc.boots == []

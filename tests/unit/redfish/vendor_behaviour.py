@@ -30,8 +30,8 @@ class Profile:
     #: PATCH without If-Match answers 428 (Lenovo XCC: Ansible community.general
     #: #56050; HPE iLO 5 "Using ETags"); a stale one 412 (RFC 7232).
     if_match_required: bool = False
-    #: Where the ETag is given: "header", "body" (@odata.etag only: Lenovo XCC)
-    #: or "both".
+    #: Where the ETag is given: "header", "body" (@odata.etag only: Lenovo XCC),
+    #: "both", or "none" (a fault: If-Match required, no ETag given).
     etag_in: str = "header"
     #: How pending BIOS settings apply: "job" (Dell: only by a config job on
     #: Managers/iDRAC.Embedded.1/Jobs with TargetSettingsURI, or a PATCH with
