@@ -17,9 +17,10 @@ every reset. For each vendor and each Redfish interface it can do:
    URL, the same with the URI where the vendor keeps it (Dell ``HttpDev1*``
    BIOS attributes with SettingsApplyTime OnReset, HPE ``UrlBootFile``).
 
-Printed: requests per machine by method and resets per machine, each side.
-Targets: exactly one reset per activation; no more requests than the bare
-script.
+Printed: requests per machine by method and resets per machine, each side;
+with ``--verbose`` also every request (method and path, in order) the first
+machine of each vendor and interface got from either side. Targets: exactly
+one reset per activation; no more requests than the bare script.
 """
 
 import argparse
@@ -87,17 +88,19 @@ def firmware(session, nic):
 
 
 def counts_of(bmcs):
-    """(requests per method, resets) summed over ``bmcs``."""
+    """(requests per method, resets, the first BMC's (method, path) list)
+    summed over ``bmcs``."""
     made = collections.Counter()
     resets = 0
     for bmc in bmcs:
         made.update(bmc.counts)
         resets += len(bmc.resets)
-    return made, resets
+    return made, resets, [(method, path) for method, path, _ in bmcs[0].log]
 
 
 def metalboot_run(per):
-    """{(vendor, interface): (Counter by method, resets)} of a REST migration."""
+    """{(vendor, interface): (Counter by method, resets, requests of the first
+    machine)} of a REST migration."""
     server = MetalbootServer(extra_conf=server_conf([HTTP, VMEDIA]))
     bmcs, session = {}, requests.Session()
     try:
@@ -225,13 +228,27 @@ def bare_run(per):
     return out
 
 
-def run(per=5):
+def print_requests(m, b):
+    """Each request of the first machine, metalboot's and the bare script's
+    side by side, in the order the BMC got them."""
+    for key in m:
+        print(f"\n{key[0]} {key[1]}: requests to the first machine's BMC")
+        ours, bare = m[key][2], b[key][2]
+        width = max(len(f"{method} {path}") for method, path in ours) + 2
+        print(f"  {'metalboot':<{width}}bare sushy script")
+        for i in range(max(len(ours), len(bare))):
+            left = " ".join(ours[i]) if i < len(ours) else ""
+            right = " ".join(bare[i]) if i < len(bare) else ""
+            print(f"  {left:<{width}}{right}")
+
+
+def run(per=5, verbose=False):
     m, b = metalboot_run(per), bare_run(per)
-    methods = sorted({method for made, _ in list(m.values()) + list(b.values())
+    methods = sorted({method for made, _, _ in list(m.values()) + list(b.values())
                       for method in made})
     rows, worst_resets, over = [], [], []
     for key in m:
-        (m_made, m_resets), (b_made, b_resets) = m[key], b[key]
+        (m_made, m_resets, _), (b_made, b_resets, _) = m[key], b[key]
         m_total, b_total = m_made.total() / per, b_made.total() / per
         rows.append((f"{key[0]} {key[1]}",
                      " ".join(f"{x} {m_made[x] / per:.1f}" for x in methods),
@@ -249,6 +266,8 @@ def run(per=5):
           f"activation: {verdict(set(worst_resets) == {1.0})}")
     print(f"requests per machine no more than the bare script: {verdict(not over)}"
           + (f" (more on: {', '.join(' '.join(k) for k in over)})" if over else ""))
+    if verbose:
+        print_requests(m, b)
     return m, b
 
 
@@ -256,7 +275,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--machines", type=int, default=5,
                         help="machines per vendor and interface")
-    run(parser.parse_args(argv).machines)
+    parser.add_argument("--verbose", action="store_true",
+                        help="list every request of the first machine of each vendor "
+                             "and interface, metalboot's and the bare script's")
+    args = parser.parse_args(argv)
+    run(args.machines, args.verbose)
 
 
 if __name__ == "__main__":

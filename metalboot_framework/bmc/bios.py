@@ -48,8 +48,12 @@ class UriPlace:
         return self.pending.get(name, self.attributes.get(name))
 
 
-def find(client, conn, system):
-    """The :class:`UriPlace` of ``system`` (a ComputerSystem document)."""
+def find(client, conn, system, read_pending=True):
+    """The :class:`UriPlace` of ``system`` (a ComputerSystem document).
+
+    ``read_pending=False``: without the settings object (one GET saved where only
+    the place and the current value matter: validate, drift); ``next`` is then
+    the current value and there is no ETag to stage a change with."""
     boot = system.get("Boot") or {}
     if "HttpBootUri" in boot:
         value = boot.get("HttpBootUri") or None
@@ -71,8 +75,9 @@ def find(client, conn, system):
         return UriPlace(None, attributes=attributes, settings_path=settings)
     pending, etag = {}, None
     try:
-        document = client.read(conn, settings)
-        pending, etag = document.data.get("Attributes") or {}, document.etag
+        if read_pending:
+            document = client.read(conn, settings)
+            pending, etag = document.data.get("Attributes") or {}, document.etag
     except sushy.exceptions.ResourceNotFoundError:
         pass
     current = attributes.get(attribute) or None

@@ -299,8 +299,19 @@ class BmcClient:
         def read(conn):
             system, _ = self.system_json(conn, reuse=LINKS)
             managers = (system.get("Links") or {}).get("ManagedBy") or []
-            return self.manager_json(conn, managers[0]["@odata.id"]) if managers else {}
+            manager = self.manager_json(conn, managers[0]["@odata.id"]) if managers else {}
+            # the model does not change while the connection lives (see remembered)
+            self.learn(conn, "manager model", manager.get("Model"))
+            return manager
         return self.run("read Manager (FirmwareVersion)", read)
+
+    def remembered(self, name):
+        """A fact the BMC's live connection learnt about this system (see
+        Connection.facts), without a request; None if there is none."""
+        conn = self.cache.peek(self.url, self.username, self._password, self.verify)
+        path = self._path or self.system_path_hint() or (
+            conn and conn.facts.get((None, "system path")))
+        return conn.facts.get((path, name)) if conn is not None and path else None
 
     def manager_json(self, conn, path):
         """The Manager at ``path``, read once by this client."""
@@ -309,20 +320,24 @@ class BmcClient:
         return self._managers[path]
 
     def quirks_known(self):
-        """The quirks, read by an earlier call of this client (GENERIC if none)."""
-        return self._quirks or quirks_mod.GENERIC
+        """The quirks, read by an earlier call of this client or remembered by
+        the BMC's connection (GENERIC if none)."""
+        return self._remembered_quirks() or quirks_mod.GENERIC
 
-    def boot_state(self, http_boot_uri=False):
+    def boot_state(self, http_boot_uri=False, pending=True, reuse=False):
         """Read the system's boot override and power state; with
         ``http_boot_uri``, also where the UEFI HTTP boot URI is kept and its
         value. Without it the BIOS is not read (two GETs saved on BMCs that keep
         the URI in BIOS attributes), and the URI fields are set only from
-        ``Boot.HttpBootUri``."""
+        ``Boot.HttpBootUri``. ``pending=False``: the BIOS's pending settings
+        are not read (``http_boot_uri_next`` is then the current value).
+        ``reuse``: the system as this client read it moments ago, if it has
+        not changed its Boot since (see :meth:`recent_system`)."""
         def read(conn):
-            system, _ = self.system_json(conn)
+            system, _ = self.system_json(conn, reuse=BOOT if reuse else None)
             boot = system.get("Boot") or {}
             if http_boot_uri or "HttpBootUri" in boot:
-                place = bios_mod.find(self, conn, system)
+                place = bios_mod.find(self, conn, system, read_pending=pending)
             else:
                 place = bios_mod.UriPlace(None)
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")

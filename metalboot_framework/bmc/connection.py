@@ -111,25 +111,43 @@ class RequestSlots:
 
 
 class Connection:
-    """A cached sushy root plus its connector; send requests inside ``with slots``
-    (the BMC's, shared with the connections that replace this one).
+    """A connector plus the sushy root, read when first needed; send requests
+    inside ``with slots`` (the BMC's, shared with the connections that replace
+    this one).
+
+    The service root is read only for what needs it (finding the only system
+    of a BMC, building a sushy resource): a machine whose system is named
+    (``redfish_system_id``) is migrated without it.
 
     ``facts`` holds what does not change while the connection lives and would
-    otherwise be read again by every step: per system path, its vendor quirks
-    and the path of its VirtualMedia collection (``(path, name) -> value``).
-    They go with the connection (TTL, a changed password, a connection or
-    authentication error).
+    otherwise be read again by every step: per system path, its vendor quirks,
+    the path of its VirtualMedia collection and which devices take a CD
+    (``(path, name) -> value``). They go with the connection (TTL, a changed
+    password, a connection or authentication error).
     """
 
-    def __init__(self, url, username, root, connector, fingerprint, slots):
+    def __init__(self, url, username, open_root, connector, fingerprint, slots):
         self.url = url
         self.username = username
-        self.root = root
+        self._open_root = open_root
+        self._root = None
+        self._root_lock = threading.Lock()
         self.connector = connector
         self.fingerprint = fingerprint
         self.created = time.monotonic()
         self.slots = slots
         self.facts = {}
+
+    @property
+    def root(self):
+        """The sushy root (GET of the service root, once per connection)."""
+        if self._root is None:
+            # the slot first (a request like the others), so that no thread
+            # waits for one while holding the lock
+            with self.slots, self._root_lock:
+                if self._root is None:
+                    self._root = self._open_root()
+        return self._root
 
     def close(self):
         try:
@@ -242,17 +260,16 @@ class ConnectionCache:
         connector = SingleShotConnector(url, pool_size=slots.size, verify=verify,
                                         default_request_timeout=read_timeout,
                                         connect_timeout=connect_timeout)
-        # BasicAuth: nothing to log in, no session to expire or leak on the BMC.
+        # BasicAuth: nothing to log in, no session to expire or leak on the BMC;
+        # set on the connector now, as the sushy root would when opened.
         auth = sushy.auth.BasicAuth(username=username, password=password)
-        try:
-            with slots:  # opening reads the service root: a request like the others
-                root = sushy.Sushy(url, auth=auth, connector=connector,
-                                   root_prefix=ROOT_PREFIX, verify=verify)
-        except Exception:
-            connector.close()
-            raise
+        connector.set_http_basic_auth(username, password)
+
+        def open_root():
+            return sushy.Sushy(url, auth=auth, connector=connector, root_prefix=ROOT_PREFIX,
+                               verify=verify)
         LOG.debug("opened Redfish connection to %s as %s", url, username)
-        return Connection(url, username, root, connector, fingerprint, slots)
+        return Connection(url, username, open_root, connector, fingerprint, slots)
 
 
 #: The process-wide cache every client uses unless given another.

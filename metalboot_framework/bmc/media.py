@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import sushy
 
+from metalboot_framework.bmc import quirks as quirks_mod
 from metalboot_framework.bmc import retry as retry_mod
 from metalboot_framework.bmc.client import LINKS, Document
 from metalboot_framework.exceptions import BmcError, BmcUnsupported
@@ -119,30 +120,35 @@ def _device(client, conn, path):
                        patchable="PATCH" in allow, document=doc)
 
 
-def _read_devices(client, conn, stop):
-    result = []
-    for path in _member_paths(client, conn):
-        result.append(_device(client, conn, path))
-        if stop is not None and stop(result[-1]):
-            break
-    return result
+def _read_devices(client, conn, cd_only):
+    cds = client.fact(conn, "virtual media cds") if cd_only else None
+    if cds is not None:
+        return [_device(client, conn, path) for path in cds]
+    result = [_device(client, conn, path) for path in _member_paths(client, conn)]
+    client.learn(conn, "virtual media cds", tuple(d.path for d in result if d.is_cd))
+    return [d for d in result if d.is_cd] if cd_only else result
 
 
-def _devices(client, conn, stop=None):
+def _devices(client, conn, cd_only=False):
     remembered = client.fact(conn, "virtual media") is not None
     try:
-        return _read_devices(client, conn, stop)
+        return _read_devices(client, conn, cd_only)
     except sushy.exceptions.ResourceNotFoundError:
         if not remembered:
             raise
         # the collection or a device moved (a BMC update): look them up again
-        client.learn(conn, "virtual media", None)
-        client.learn(conn, "virtual media devices", None)
-        return _read_devices(client, conn, stop)
+        for fact in ("virtual media", "virtual media devices", "virtual media cds"):
+            client.learn(conn, fact, None)
+        return _read_devices(client, conn, cd_only)
 
 
-def devices(client):
-    return client.run("read VirtualMedia", lambda conn: _devices(client, conn))
+def devices(client, cd_only=False):
+    """The devices of the system's VirtualMedia collections, each read now.
+
+    ``cd_only``: only the CD/DVD devices, and once the connection knows which
+    they are (from an earlier read of every device: media types do not change
+    while it lives), only those are read -- on Lenovo XCC the floppy is not."""
+    return client.run("read VirtualMedia", lambda conn: _devices(client, conn, cd_only))
 
 
 def insertable_cds(found):
@@ -246,12 +252,18 @@ def insert_cd(client, image_url, found=None):
     the device.
 
     Tries every CD/DVD device with an InsertMedia action (or a PATCH-able one),
-    in the order the BMC lists them, skipping those that answer 400 or 405 (a
-    slot the vendor does not boot from, a drive mapped to the host's own).
+    in the order the BMC lists them (a vendor rule's slot first), skipping
+    those that answer 400 or 405 (a slot the vendor does not boot from, a
+    drive mapped to the host's own).
     ``found``: the devices as :func:`devices` read them (read here otherwise).
     """
     found = devices(client) if found is None else found
     cds = insertable_cds(found)
+    # a vendor rule's slot first, where the manager's model (read by validate
+    # on this connection) calls for one: no refused insert on iDRAC10
+    first = quirks_mod.virtual_media_slots(client.quirks_known(),
+                                           client.remembered("manager model")) or ()
+    cds.sort(key=lambda d: d.id not in first)
     if not cds:
         raise BmcUnsupported(
             f"BMC {client.address}{_vendor(client)}, system {client.system_label}: no "

@@ -33,6 +33,24 @@ def power_state(client, reuse=False):
     return client.run("read PowerState", read)
 
 
+def _reset_action(client, conn):
+    """(allowed ResetTypes, send(ResetType)) of the system's ComputerSystem.Reset.
+
+    The allowed types and the action's target come from any read of the
+    system: they do not change. Where the document lists them, the POST goes
+    straight to the target; building sushy's System instead would read the
+    system's settings object again on BMCs that advertise one (iDRAC10).
+    Types given only by @Redfish.ActionInfo are left to sushy to read."""
+    doc = client.recent_system(LINKS) or client.system_document(conn)
+    action = (doc.data.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
+    listed, target = action.get("ResetType@Redfish.AllowableValues"), action.get("target")
+    if not listed or not target:
+        system = client.sushy_system(conn, reuse=LINKS)
+        return system.get_allowed_reset_system_values(), system.reset_system
+    allowed = {kind for kind in ResetType if kind.value in listed}
+    return allowed, lambda kind: conn.connector.post(target, data={"ResetType": kind.value})
+
+
 def _reset(client, choices, operation):
     """POST the first allowed reset type, once: a reset the BMC may have done
     (no answer within the read timeout) is not sent again; the caller's wait
@@ -40,15 +58,12 @@ def _reset(client, choices, operation):
     sent = []
 
     def post(conn):
-        # the allowed reset types (and the action's target) come from any read of
-        # the system: they do not change
-        system = client.sushy_system(conn, reuse=LINKS)
-        allowed = system.get_allowed_reset_system_values()
+        allowed, send = _reset_action(client, conn)
         for choice in choices:
             if choice in allowed:
                 client.changed(POWER)
                 sent[:] = [choice.value]
-                system.reset_system(choice)
+                send(choice)
                 return choice.value
         raise BmcError(
             f"{client.where}: ComputerSystem.Reset allows none of "

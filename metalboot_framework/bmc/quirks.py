@@ -45,6 +45,9 @@ class Quirks:
     #: ``virtual_media_newer_models`` (iDRAC10, numbered from 1.x) are exempt.
     virtual_media_firmware: Optional[Tuple[int, int]] = None
     virtual_media_newer_models: Optional[str] = None
+    #: The VirtualMedia device Ids those newer models take an insert in, tried
+    #: first (iDRAC10 refuses slot 2, the first it lists).
+    virtual_media_newer_models_slots: Optional[Tuple[str, ...]] = None
     #: Public source of this row.
     source: str = ""
 
@@ -74,7 +77,7 @@ TABLE = (
         http_boot_enable_bios_attribute="HttpDev1EnDis",
         http_boot_protocol_bios_attribute="HttpDev1Protocol",
         bios_config_job="Jobs", virtual_media_firmware=(6, 7),
-        virtual_media_newer_models=r"\b1[7-9]G\b",
+        virtual_media_newer_models=r"\b1[7-9]G\b", virtual_media_newer_models_slots=("1",),
         source="dell/iDRAC-Redfish-Scripting BiosSetAttributeREDFISH.py (config job "
                "with TargetSettingsURI); Dell iDRAC Redfish API Guide (HttpDev1*); "
                "openstack/ironic drivers/modules/drac/boot.py (virtual media on "
@@ -128,6 +131,15 @@ def is_busy_refusal(message):
     message = str(message or "")
     return any(b.marker in message for b in BUSY_REFUSALS)
 
+
+
+def virtual_media_slots(quirks, manager_model):
+    """The device Ids to try first for an insert on a manager of this Model
+    (None: the order the BMC lists them in)."""
+    if quirks.virtual_media_newer_models and re.search(quirks.virtual_media_newer_models,
+                                                       str(manager_model or "")):
+        return quirks.virtual_media_newer_models_slots
+    return None
 
 
 def virtual_media_firmware_problem(quirks, manager):

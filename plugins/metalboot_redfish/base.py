@@ -65,13 +65,16 @@ class RedfishBootInterface(BootInterface):
         return {}
 
     # -- the operator's own boot override -------------------------------------
-    def remember_override(self, task, client):
-        """In prepare: record an override someone else set (an operator's
-        ``Continuous Hdd``) as an event, so that clean_up can restore it. One
-        to a target of metalboot's Redfish interfaces is taken for theirs (the
+    def remember_override(self, task, client, state=None):
+        """In activate, from the read that precedes the override's PATCH:
+        record an override someone else set (an operator's ``Continuous Hdd``)
+        as an event, so that clean_up can restore it. The event is committed
+        before the PATCH overwrites the override, so it survives a crash and
+        serves any conductor; prepare needs no read of its own. One to a
+        target of metalboot's Redfish interfaces is taken for theirs (the
         interface a machine migrates from clears its own after this one took
         over)."""
-        state = client.boot_state()
+        state = state or client.boot_state()
         if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
             return None
         found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
@@ -91,11 +94,12 @@ class RedfishBootInterface(BootInterface):
 
     def restore_override(self, task, client):
         """In clean_up, after ours is cleared: put back the override found in
-        prepare, unless another one is active now (the next interface's)."""
+        activate, unless another one is active now (the next interface's)."""
         found = self.found_override(task)
         if not found:
             return None
-        state = client.boot_state()
+        # the read of the clearing serves, unless that changed Boot
+        state = client.boot_state(reuse=True)
         if state.enabled in OVERRIDE_ACTIVE:
             return None
         client.set_boot_override(found["target"], enabled=found["enabled"],

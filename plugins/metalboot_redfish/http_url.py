@@ -67,7 +67,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         self.check_machine(task)
         self.check_ipxe_binary(task)
         client = self.client(task)
-        state = client.boot_state(http_boot_uri=True)
+        # where the URI is kept is all validate needs: not the pending settings
+        state = client.boot_state(http_boot_uri=True, pending=False)
         fields = self.check_boot_mode(state)
         if state.allowed_targets is not None and TARGET not in state.allowed_targets:
             fields["BootSourceOverrideTarget"] = [
@@ -89,13 +90,13 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
 
     def prepare(self, task):
         self.ensure_artifact(task)
-        if task.machine.bmc and task.machine.bmc.address:
-            self.remember_override(task, self.client(task))
 
     def activate(self, task):
         self.ensure_artifact(task)
         client = self.client(task)
         uri = self.expected_uri(task)
+        # the PATCH below reuses this read of the system
+        self.remember_override(task, client)
         enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
                                            http_boot_uri=uri)
         task.record_event("override",
@@ -116,7 +117,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         return None
 
     def check_drift(self, task):
-        state = self.client(task).boot_state(http_boot_uri=True)
+        # drift is what the firmware uses now: the current attributes only
+        state = self.client(task).boot_state(http_boot_uri=True, pending=False)
         expected = self.expected_uri(task)
         drift = []
         if state.http_boot_uri != expected:

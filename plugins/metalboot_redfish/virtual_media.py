@@ -88,20 +88,21 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
 
     def prepare(self, task):
         self.ensure_iso(task.services, task.partition.id)
-        if task.machine.bmc and task.machine.bmc.address:
-            self.remember_override(task, self.client(task))
 
     def activate(self, task):
         spec, _ = self.ensure_iso(task.services, task.partition.id)
         url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name)
         client = self.client(task)
-        found = media.devices(client)  # read once: eject and insert act on it
+        # read once: eject and insert act on it; other kinds are the operator's
+        found = media.devices(client, cd_only=True)
         # only the boot type's devices: another kind's media is the operator's
         ejected = media.eject_all(client, only=lambda d: d.is_cd, found=found)
         # the insert acts on the devices as read back after the eject (their ETags)
         device = media.insert_cd(client, url, found=media.replace_read(found, ejected))
         # read after the insert: the PATCH below and the reset reuse this read
-        target = self.cd_target(client.boot_state()) or "Cd"
+        state = client.boot_state()
+        self.remember_override(task, client, state)
+        target = self.cd_target(state) or "Cd"
         enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
@@ -129,7 +130,9 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         if not task.machine.bmc or not task.machine.bmc.address:
             return
         client = self.client(task)
-        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image))
+        # ours is only ever inserted into a CD/DVD device
+        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image),
+                                  found=media.devices(client, cd_only=True))
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
                                              clear_http_boot_uri=False)
         restored = self.restore_override(task, client)

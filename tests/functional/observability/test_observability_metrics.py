@@ -133,7 +133,7 @@ def test_bmc_calls_are_timed_and_errors_counted(conf):
                  {"operation": label, "error": "ConnectionError"}) or 0
     calls = get("metalboot_bmc_request_duration_seconds_count", {"operation": label}) or 0
     with pytest.raises(BmcConnectionError):
-        client.run(operation, lambda conn: None)
+        client.run(operation, lambda conn: conn.root)  # the first request: refused
     assert get("metalboot_bmc_request_errors_total",
                {"operation": label, "error": "ConnectionError"}) == before + 2
     assert get("metalboot_bmc_request_duration_seconds_count", {"operation": label}) == calls + 2

@@ -42,6 +42,13 @@ def test_cache_creates_one_connection_per_bmc_and_user(mock_redfish_bmc):
     for t in threads:
         t.join()
     assert len({id(c) for c in got}) == 1
+    # the service root is read when first needed, once, not by opening
+    assert not [1 for m, p, _ in bmc.log if p == "/redfish/v1/"]
+    threads = [threading.Thread(target=lambda: got[0].root) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     assert len([1 for m, p, _ in bmc.log if p == "/redfish/v1/"]) == 1
     # another password (changed on the BMC) replaces the entry
     other = cache.get(bmc.url, "root", "new-password", False, 1, 2)

@@ -41,6 +41,8 @@ def test_the_page_names_what_the_quirks_set():
                 assert value in text, (q.vendor, value)
         if q.bios_config_job:
             assert "config job" in text and "SettingsApplyTime" in text
+        for slot in q.virtual_media_newer_models_slots or ():
+            assert f"slot {slot} first" in text, (q.vendor, slot)
         if q.virtual_media_firmware:
             first, last = q.virtual_media_firmware
             assert f"{first}.x-{last}.x" in text
