@@ -17,11 +17,8 @@ Blocking code (the API, enrolment, the conformance kit) calls a step with
 
 import asyncio
 import inspect
-import logging
 import queue
 import threading
-
-LOG = logging.getLogger(__name__)
 
 
 def new_event_loop():
@@ -55,9 +52,6 @@ class StepLoop:
         self._loop = None
         self._thread = None
         self._start_lock = threading.Lock()
-        self._calls_lock = threading.Lock()
-        self._calls = []
-        self._drain_scheduled = False
         # call_in_thread(): its threads, started as needed up to _threads_max
         self._work = queue.SimpleQueue()
         self._threads_lock = threading.Lock()
@@ -82,8 +76,6 @@ class StepLoop:
         with self._start_lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-        with self._calls_lock:  # a loop started later drains its own calls
-            self._calls, self._drain_scheduled = [], False
         if loop is None:
             return
         loop.call_soon_threadsafe(loop.stop)
@@ -110,31 +102,11 @@ class StepLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def call_soon(self, fn, *args):
-        """``fn(*args)`` on the loop, from any thread, in the order of the calls.
-
-        Calls made while the loop has not yet run the previous ones share one
-        wake-up of the loop: a group commit that settles a hundred transitions
-        wakes it once, not a hundred times.
-        """
-        with self._calls_lock:
-            self._calls.append((fn, args))
-            if self._drain_scheduled:
-                return
-            self._drain_scheduled = True
+        """``fn(*args)`` on the loop, from any thread, in the order of the calls."""
         if self.in_loop():
-            self._loop.call_soon(self._drain)  # no wake-up needed: the loop runs
+            self._loop.call_soon(fn, *args)
         else:
-            self.loop.call_soon_threadsafe(self._drain)
-
-    def _drain(self):
-        with self._calls_lock:
-            calls, self._calls = self._calls, []
-            self._drain_scheduled = False
-        for fn, args in calls:
-            try:
-                fn(*args)
-            except Exception:
-                LOG.exception("a call handed to the step loop failed")
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def set_threads(self, count):
         """At most ``count`` threads for :meth:`call_in_thread` (a conductor's
@@ -145,8 +117,7 @@ class StepLoop:
         """``fn(*args)`` in one of this loop's threads, awaited without blocking
         the loop: a blocking plugin step, or anything that reads or writes the
         database directly. Unlike ``run_in_executor``, the answer comes back
-        through :meth:`call_soon` (answers of many threads share a wake-up of
-        the loop) and needs no ``concurrent.futures.Future`` (a Condition and an
+        through :meth:`call_soon` and needs no ``concurrent.futures.Future`` (a Condition and an
         RLock per call)."""
         future = self.loop.create_future()
         with self._threads_lock:

@@ -10,10 +10,8 @@ the migration is running -- all read in the transaction that starts them,
 which holds the migration's row lock, so conductors sharing a database never
 start more than ``max_parallel`` between them.
 
-A machine about to finish may have chosen its successor in advance (locked,
-still queued; :mod:`.steps`): :func:`admit_chosen` asks the same rules about
-it when the slot is freed, and the queued machines others may start are
-those nobody holds.
+The queued machines started are those nobody holds: the starter takes their
+locks in the same transaction.
 """
 
 from sqlalchemy import bindparam, func, select
@@ -41,17 +39,13 @@ _FIRST_QUEUED = select(_MMT.c.canary).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
     .order_by(_MMT.c.position).limit(1)
 _MACHINES = models.Machine.__table__
-# Queued machines nobody holds: a locked one was chosen by a machine about to
-# finish as its successor.
+# Queued machines nobody holds, in queue order.
 _QUEUED = select(_MMT.c.machine_id, _MMT.c.canary) \
     .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
     _MACHINES.c.reservation.is_(None)) \
     .order_by(_MMT.c.position).limit(bindparam("n"))
 _CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
-_CHOSEN = select(_MMT.c.machine_id, _MMT.c.canary).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
-    _MMT.c.machine_id.in_(bindparam("mids", expanding=True)))
 _LOCKED_MIGRATION = select(_MIGRATIONS.c.state, _MIGRATIONS.c.options, _MIGRATIONS.c.total) \
     .where(_MIGRATIONS.c.id == bindparam("mig")).with_for_update()
 
@@ -110,46 +104,21 @@ def over_budget(counts, options, total):
     return None
 
 
-def admit(conn, migration_id, limit, free=0):
+def admit(conn, migration_id, limit):
     """Which queued machines nobody holds may start now, up to ``limit``, read
     in ``conn``'s write transaction with the migration's row locked: (the
     migration's options, [(machine id, canary)] in queue order); nothing
-    unless the rules above allow it. ``free``: slots counted as free although
-    machines in flight still hold them."""
-    options, capacity, canaries_open = _open_slots(conn, migration_id, limit, free)
+    unless the rules above allow it."""
+    options, capacity, canaries_open = _open_slots(conn, migration_id, limit)
     if not capacity:
         return options, []
     return options, [tuple(row) for row in conn.execute(
         _CANARIES_QUEUED if canaries_open else _QUEUED, {"mig": migration_id, "n": capacity})]
 
 
-def admit_chosen(conn, migration_id, machine_ids):
-    """Which of ``machine_ids`` -- queued machines chosen (and locked) in advance
-    to take the slots of machines that finished in this transaction -- may
-    start now, by the rules of :func:`admit`: (the migration's options,
-    [(machine id, canary)] in the order given)."""
-    options, capacity, canaries_open = _open_slots(conn, migration_id, len(machine_ids))
-    if not capacity:
-        return options, []
-    canary_of = dict(tuple(row) for row in conn.execute(
-        _CHOSEN, {"mig": migration_id, "mids": list(machine_ids)}))
-    return options, [(machine_id, canary_of[machine_id]) for machine_id in machine_ids
-                     if machine_id in canary_of
-                     and (canary_of[machine_id] or not canaries_open)][:capacity]
-
-
-def choose(conn, migration_id, count):
-    """The queued machines that ``count`` machines about to finish may choose
-    as their successors now: :func:`admit`, the slots those machines still
-    hold counted as free. They start only if :func:`admit_chosen` agrees
-    when the slots are freed."""
-    return admit(conn, migration_id, count, free=count)[1]
-
-
-def _open_slots(conn, migration_id, limit, free=0):
+def _open_slots(conn, migration_id, limit):
     """(the migration's options, how many machines may start, up to ``limit``,
-    whether only canaries may), read with the migration's row locked; ``free``:
-    slots counted as free although machines in flight still hold them."""
+    whether only canaries may), read with the migration's row locked."""
     if limit <= 0:
         return None, 0, False
     migration = conn.execute(_LOCKED_MIGRATION, {"mig": migration_id}).first()
@@ -160,7 +129,7 @@ def _open_slots(conn, migration_id, limit, free=0):
         return migration.options, 0, False
     if canary_failing(counts) or over_budget(counts, migration.options, migration.total):
         return migration.options, 0, False  # the scheduler halts it on its next tick
-    capacity = min(migration.options["max_parallel"] - in_flight(counts) + free, limit)
+    capacity = min(migration.options["max_parallel"] - in_flight(counts), limit)
     canaries_open = any(n for (state, canary), n in counts.items()
                         if canary and state not in machine_steps.SUCCEEDED)
     return migration.options, max(capacity, 0), canaries_open

@@ -9,8 +9,6 @@ The rules:
   racing for a machine, exactly one update changes its row, and only that one
   holder goes on. The ids taken are known from the row count, or read back by
   the ``reserved_at`` that only this update wrote.
-- A holder may renew a lock it still holds, or take it again if it was
-  released meanwhile (:func:`take_or_keep`); never one another holds.
 - Only the holder releases a lock (``... WHERE reservation = <host>``:
   :func:`release`, :func:`release_one`, :func:`releasing`), so a release that
   comes late never drops a lock someone else took since.
@@ -40,10 +38,6 @@ _mid, _mids, _host, _now = (bindparam("mid"), bindparam("mids", expanding=True),
 
 _TAKE_MANY = update(_M).where(_M.c.id.in_(_mids), _M.c.reservation.is_(None)) \
     .values(reservation=_host, reserved_at=_now)
-# held again, or taken if free
-_TAKE_OR_KEEP_MANY = update(_M).where(
-    _M.c.id.in_(_mids), (_M.c.reservation == _host) | _M.c.reservation.is_(None)) \
-    .values(reservation=_host, reserved_at=_now)
 # the machines a take changed, read back by the values only that statement wrote
 # (its ``now`` is new): when its row count says not all of them changed
 _TAKEN = select(_M.c.id).where(_M.c.id.in_(_mids), _M.c.reservation == _host,
@@ -72,13 +66,6 @@ def take(conn, machine_ids, host):
     """Take the locks of those of ``machine_ids`` nobody holds; the ids taken."""
     return changed(conn, _TAKE_MANY, {"host": host, "now": models.utcnow()},
                    list(dict.fromkeys(machine_ids)), _TAKEN)
-
-
-def take_or_keep(conn, machine_ids, host):
-    """Renew ``host``'s locks on ``machine_ids``, or take those nobody holds;
-    the ids it holds now."""
-    return changed(conn, _TAKE_OR_KEEP_MANY, {"host": host, "now": models.utcnow()},
-                   machine_ids, _TAKEN)
 
 
 def take_in_state(conn, machine_id, state, host):

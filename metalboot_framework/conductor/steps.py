@@ -124,10 +124,7 @@ class Transition:
 
     ``release`` also drops this conductor's lock on the machine; ``refill``:
     the slot this (final) move frees may start the next queued machine in the
-    same transaction (:meth:`StepRunner.start_many`); ``reserve``: choose and
-    lock the queued machine to follow this one (:meth:`StepRunner._reserve`);
-    ``start``: the id of that machine, started in the slot this (final) move
-    frees if :func:`.admission.admit_chosen` lets it; ``names`` is (source,
+    same transaction (:meth:`StepRunner.start_many`); ``names`` is (source,
     target) interface names, if the caller knows them; ``activated_at``: the
     time from which the machine's evidence counts, written with the move (the
     move to ``activating`` writes the commit's time without it).
@@ -145,8 +142,6 @@ class Transition:
     names: tuple | None = None
     refill: bool = False
     activated_at: object = None
-    reserve: bool = False
-    start: str | None = None
 
     def __post_init__(self):
         machine_steps.check(self.old, self.new)
@@ -161,8 +156,6 @@ class Committed:
     done: tuple | None
     # refill: (what announce needs of the start in the slot it freed, its job or None)
     successor: tuple | None = None
-    reserved: object = None  # reserve: the Job of the queued machine chosen to follow
-    started: bool = False  # start: the chosen machine started in the slot it freed
 
 
 @dataclasses.dataclass
@@ -196,12 +189,6 @@ class Job:
     maybe_activated: bool = False
     # time.monotonic() by which its boot is due, once it began to wait for it
     boot_deadline: float | None = None
-    # the queued machine it chose (and locked) to follow it, known once the move
-    # to verifying is settled (see StepRunner._finish)
-    reserved: object = None
-    # its pending outcome is its start, queued with its predecessor's end:
-    # settled, it tells whether it started
-    starting: bool = False
 
 
 def _starts(migration_id, rows, options, freed_by=None):
@@ -335,16 +322,13 @@ class StepRunner:
                 if successor is None:
                     return new
                 if not switch(job.machine_id, successor.machine_id):
-                    if await self._settle(successor) and not successor.released:
-                        await self.services.awrite_grouped(
-                            self._release_work([successor.machine_id]))
+                    await self.services.awrite_grouped(
+                        self._release_work([successor.machine_id]))
                     return new
                 job = successor
         finally:
             if job.pending is not None and not job.released:
-                await self._settle(job)  # a step raised with its start's commit queued
-            if job.reserved is not None:  # chosen to follow, but it ended otherwise
-                await self._unreserve(job)
+                await self._settle(job)  # a step raised with its move's commit queued
             if not job.released:  # the last transition failed before releasing
                 await self.services.step_loop.call_in_thread(
                     self._release_directly, job.machine_id)
@@ -397,33 +381,18 @@ class StepRunner:
         if new == "verifying":
             if not await self._settle(job):  # the move to awaiting_boot (committed by now)
                 return None
-            # the commit chooses the machine to follow it while the source is cleaned up
-            return self._finish_later(job, new, reason, evidence_id=evidence_id,
-                                      reserve=job.refill)
+            return self._finish_later(job, new, reason, evidence_id=evidence_id)
         return await self._finish(job, new, reason, error=error)
 
     async def _settle(self, job):
         """Wait for the transition queued without waiting; False if it found the
-        machine moved by someone else (or, for a machine's start queued with its
-        predecessor's end, if it did not start: its lock is released then)."""
+        machine moved by someone else."""
         pending, job.pending = job.pending, None
         if pending is None:
             return True
-        committed = await self.services.asettle(pending)
-        if job.starting:
-            job.starting = False
-            job.released = not committed.started
-            return committed.started
-        if committed.reserved is not None:
-            job.reserved = committed.reserved
-        return committed.done is not None
+        return (await self.services.asettle(pending)).done is not None
 
-    async def _unreserve(self, job):
-        """Give back the machine chosen to follow ``job``: it stays queued."""
-        reserved, job.reserved = job.reserved, None
-        await self.services.awrite_grouped(self._release_work([reserved.machine_id]))
-
-    def _finish_later(self, job, new, reason, evidence_id=None, reserve=False):
+    def _finish_later(self, job, new, reason, evidence_id=None):
         """Queue the step's outcome and go on at once: for a step whose re-run
         after a crash is harmless. A ``new`` the coroutine goes on with is
         waited for before the next transition (:meth:`_settle`); any other
@@ -446,7 +415,7 @@ class StepRunner:
         job.pending = self.services.write_batched_later(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
             names=(job.source, job.target), release=release, evidence_id=evidence_id,
-            activated_at=activated_at, reserve=reserve))
+            activated_at=activated_at))
         if release:
             job.pending.add_done_callback(_log_if_failed)  # nobody waits for it
         job.released = release
@@ -455,19 +424,12 @@ class StepRunner:
     async def _finish(self, job, new, reason, error=None):
         """Persist the step's outcome; release the lock with it when no step follows.
 
-        A machine done that chose its successor in advance does not wait for
-        the commit: its end and the successor's start (if admission lets it)
-        are queued together, and the coroutine goes on with the successor at
-        once -- its ``validate`` changes nothing, so it may run before the
-        start is committed; the successor's next transition waits for that
-        commit and ends the coroutine if the start was refused."""
+        A machine's end (``done``, ``valid``, ``skipped``) starts the next queued
+        machine in the slot it frees, in the same transaction, when the
+        coroutine may go on with it (``job.refill``): ``Committed.successor``."""
         release = new not in machine_steps.IN_FLIGHT
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
-        if job.reserved is not None:
-            if new == "done" and job.refill and not self.stopping:
-                return self._done_and_start(job, reason)
-            await self._unreserve(job)
         activated_at = None
         if new == "rolling_back" and job.activated_at is None and job.maybe_activated:
             # persisted, so that a rollback resumed after another crash resets too
@@ -482,21 +444,6 @@ class StepRunner:
         if committed.successor is not None:
             _, job.successor = committed.successor
         return new
-
-    def _done_and_start(self, job, reason):
-        """verifying -> done, and the start of the machine chosen to follow it,
-        queued without waiting (see :meth:`_finish`)."""
-        successor, job.reserved = job.reserved, None
-        successor.state = "validating"
-        successor.starting = True
-        successor.pending = self.services.write_batched_later(self._apply_batch, Transition(
-            job.migration_id, job.machine_id, job.state, "done", reason, release=True,
-            options=job.options, names=(job.source, job.target),
-            start=successor.machine_id))
-        successor.pending.add_done_callback(_log_if_failed)
-        job.released = True
-        job.successor = successor
-        return "done"
 
     async def _call(self, job, interface_name, step):
         """Call one plugin step; return None or the error message."""
@@ -602,65 +549,15 @@ class StepRunner:
     def _apply_batch(self, conn, transitions):
         """A group commit's transitions: (unit, :class:`Committed`) each."""
         units = [UnitOfWork(conn, defer_events=True) for _ in transitions]
-        admitting = {t.migration_id for t in transitions if t.refill or t.reserve or t.start}
-        if len(admitting) > 1:  # three passes below, each in migration order
+        admitting = {t.migration_id for t in transitions if t.refill}
+        if len(admitting) > 1:  # row locks in migration order (PostgreSQL)
             admission.lock_migrations(conn, admitting)
         dones = self.apply_many(conn, transitions, units)
         results = [Committed(done) for done in dones]
-        self._start_chosen(conn, transitions, results, units)
         for result, successor in zip(results, self._refill(conn, transitions, dones, units),
                                      strict=True):
             result.successor = successor
-        self._reserve(conn, transitions, results)
         return list(zip(units, results, strict=True))
-
-    def _reserve(self, conn, transitions, results):
-        """For each ``reserve`` transition, choose the queued machine to follow it
-        and take its lock (it stays queued: admission decides when it may start,
-        :meth:`_start_chosen`); its job goes to ``Committed.reserved``. None
-        left: the machine's end refills its slot as before (:meth:`_refill`)."""
-        wanted = {}
-        for index, (t, result) in enumerate(zip(transitions, results, strict=True)):
-            if t.reserve and result.done is not None:
-                wanted.setdefault(t.migration_id, []).append(index)
-        for migration_id in sorted(wanted):
-            indexes = wanted[migration_id]
-            chosen = [machine_id for machine_id, _ in
-                      admission.choose(conn, migration_id, len(indexes))]
-            locked = set(machine_lock.take(conn, chosen, self.host)) if chosen else set()
-            jobs = self._jobs_of_locked(conn, migration_id,
-                                        [m for m in chosen if m in locked], ("queued",))
-            for index, job in zip(indexes, jobs.values(), strict=False):
-                results[index].reserved = job
-
-    def _start_chosen(self, conn, transitions, results, units):
-        """queued -> validating for the machines chosen in advance to follow
-        those that ``start`` transitions finished, as far as admission lets
-        them and while this conductor holds their locks; the others' locks
-        are released (they stay queued)."""
-        wanted = {}
-        for index, t in enumerate(transitions):
-            if t.start is not None:
-                wanted.setdefault(t.migration_id, []).append(index)
-        for migration_id in sorted(wanted):
-            indexes = wanted[migration_id]
-            finished = [i for i in indexes if results[i].done is not None]
-            chosen = [transitions[i].start for i in finished]
-            # a lock held longer than a heartbeat interval by a machine not yet
-            # running may have been released as leaked: held again, or taken if free
-            held = set(machine_lock.take_or_keep(conn, chosen, self.host)) if chosen else set()
-            options, admitted = admission.admit_chosen(
-                conn, migration_id, [m for m in chosen if m in held])
-            by_machine = {transitions[i].start: i for i in finished}
-            starts = _starts(migration_id, admitted, options,
-                             [transitions[by_machine[m]].machine_id for m, _ in admitted])
-            dones = self.apply_many(conn, starts, [units[by_machine[t.machine_id]]
-                                                   for t in starts])
-            started = {d[1] for d in dones if d is not None}
-            for machine_id in started:
-                results[by_machine[machine_id]].started = True
-            machine_lock.release(conn, [transitions[i].start for i in indexes
-                                        if transitions[i].start not in started], self.host)
 
     def _refill(self, conn, transitions, dones, units):
         """Start a queued machine in each slot that a finished machine of a

@@ -168,17 +168,6 @@ def test_a_holder_releases_only_its_own_locks(db):
     assert holders(db) == {**{m: None for m in IDS}, IDS[1]: "conductor-a"}
 
 
-def test_take_or_keep_renews_its_own_takes_free_ones_and_leaves_others(db):
-    set_holder(db, IDS[:1], "conductor-a", age=60)
-    set_holder(db, IDS[2:3], "conductor-b")
-    before = reserved_at(db, IDS[0])
-    with db.write_conn() as conn:
-        held = machine_lock.take_or_keep(conn, IDS[:3], "conductor-a")
-    assert sorted(held) == sorted(IDS[:2])
-    assert holders(db)[IDS[2]] == "conductor-b"
-    assert reserved_at(db, IDS[0]) > before
-
-
 def test_a_machine_at_rest_is_taken_only_in_the_workers_state(db):
     with db.write_conn() as conn:
         assert not machine_lock.take_in_state(conn, IDS[1], "enrolling", "conductor-a")
