@@ -10,7 +10,6 @@ import sqlalchemy
 
 from metalboot_framework.exceptions import NotFound
 from metalboot_framework.store import models
-from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BmcInfo, MachineInfo, NicInfo, PartitionInfo
 
 _M, _N, _P = models.Machine.__table__, models.Nic.__table__, models.Partition.__table__
@@ -43,14 +42,13 @@ def snapshots(conn, machine_ids, password_key):
     for start in range(0, len(machine_ids), 500):
         ids = list(machine_ids[start:start + 500])
         nics = {}
-        for nic in sorted(all_rows(conn, _NICS_BY_MACHINES, {"ids": ids}),
-                          key=lambda nic: (nic.machine_id, nic.position)):
+        for nic in conn.execute(_NICS_BY_MACHINES, {"ids": ids}):
             nics.setdefault(nic.machine_id, []).append(nic)
-        machines = all_rows(conn, _MACHINES_BY_IDS, {"ids": ids})
+        machines = conn.execute(_MACHINES_BY_IDS, {"ids": ids}).all()
         wanted = list({m.partition_id for m in machines} - partitions.keys())
         if wanted:
-            partitions.update((p.id, p) for p in all_rows(
-                conn, _PARTITIONS_BY_IDS, {"ids": wanted}))
+            partitions.update((p.id, p) for p in conn.execute(
+                _PARTITIONS_BY_IDS, {"ids": wanted}))
         for machine in machines:
             partition = partitions.get(machine.partition_id)
             if partition is not None:

@@ -41,7 +41,6 @@ from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
 from metalboot_framework.store import models
 from metalboot_framework.store.many_rows import chunks
-from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.task import BootTask
 
 LOG = logging.getLogger(__name__)
@@ -88,7 +87,7 @@ def evidence_of(conn, machine_ids):
     """{machine id: its evidence records, oldest first}."""
     records = {}
     for chunk in chunks(list(machine_ids)):
-        for ev in sorted(all_rows(conn, _EVIDENCE_OF, {"mids": chunk}), key=lambda ev: ev.id):
+        for ev in conn.execute(_EVIDENCE_OF, {"mids": chunk}):
             records.setdefault(ev.machine_id, []).append(ev)
     return records
 

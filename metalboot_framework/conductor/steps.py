@@ -27,7 +27,6 @@ from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.store import models
 from metalboot_framework.store.many_rows import changed, chunks
-from metalboot_framework.store.packed_rows import all_rows
 from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.transactions import UnitOfWork
 
@@ -260,8 +259,8 @@ class StepRunner:
         for claimed in chunks(list(machine_ids)):
             if migration is None:
                 migration = conn.execute(_JOB_MIGRATION, {"mig": migration_id}).first()
-            rows = {row.machine_id: row for row in all_rows(
-                conn, JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
+            rows = {row.machine_id: row for row in conn.execute(
+                JOBS, {"mig": migration_id, "mids": claimed})} if migration else {}
             snapshots = self.services.snapshots(conn, claimed)
             for machine_id in claimed:
                 row = rows.get(machine_id)

@@ -341,54 +341,6 @@ def test_canaries_skipped_at_once_are_replaced_by_different_machines(tmp_path, d
         db.dispose()
 
 
-def test_packed_rows_are_the_rows_a_plain_select_gives(tmp_path, database_url):
-    """all_rows (one JSON row on SQLite) gives the values SQLAlchemy's own rows
-    hold: timestamps, JSON, booleans, NULLs, quotes and non-ASCII text; on
-    SQLite in one statement that SQLite answers with a single row."""
-    import datetime
-
-    from metalboot_framework.store.packed_rows import all_rows
-
-    db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
-    db.upgrade()
-    ev, machines = models.BootEvidence.__table__, models.Machine.__table__
-    with db.write_conn() as conn:
-        conn.execute(models.Partition.__table__.insert(), {"id": "p"})
-        conn.execute(machines.insert(), [
-            {"id": "m1", "partition_id": "p", "boot_interface": "fake", "bmc_verify_tls": False,
-             "properties": {"rack": "r1", "n": [1, 2.5, None]}, "bmc_password": 'se"cr\\et',
-             "reserved_at": None},
-            {"id": "m2", "partition_id": "p", "boot_interface": "fake", "properties": {},
-             "bmc_password": None, "bmc_verify_tls": True,
-             "reserved_at": datetime.datetime(2026, 12, 2, 1, 2, 3, 4)}])
-        conn.execute(ev.insert(), [
-            {"machine_id": "m1", "interface": "fake", "kind": "fetch", "path": "/boot/ä",
-             "client_address": "::1", "data": {"ua": "iPXE"},
-             "created_at": datetime.datetime(2026, 12, 2, 1, 2, 3, 456)},
-            {"machine_id": "m2", "interface": "fake", "kind": "report", "path": "",
-             "client_address": None, "data": None,
-             "created_at": datetime.datetime(2026, 12, 2, 1, 2, 4)}])
-    statements = []
-    sqlalchemy.event.listen(db.read_engine, "before_cursor_execute",
-                            lambda *args: statements.append(args[2]))
-    ids = sqlalchemy.bindparam("ids", expanding=True)
-    for stmt in (sqlalchemy.select(ev).where(ev.c.machine_id.in_(ids)),
-                 sqlalchemy.select(machines.c.id, machines.c.bmc_verify_tls,
-                                   machines.c.properties, machines.c.bmc_password,
-                                   machines.c.reserved_at).where(machines.c.id.in_(ids))):
-        with db.read_conn() as conn:
-            plain = sorted(tuple(row) for row in conn.execute(stmt, {"ids": ["m1", "m2"]}))
-            del statements[:]
-            packed = all_rows(conn, stmt, {"ids": ["m1", "m2"]})
-        assert sorted(tuple(row) for row in packed) == plain and len(plain) == 2
-        assert [row.id for row in packed] == [row[0] for row in packed]
-        if db.is_sqlite:
-            assert len(statements) == 1 and "json_group_array" in statements[0]
-    with db.read_conn() as conn:
-        assert all_rows(conn, sqlalchemy.select(ev).where(ev.c.machine_id.in_(ids)),
-                        {"ids": ["nobody"]}) == []
-
-
 def test_upgrade_gives_finished_migrations_their_result(tmp_path, database_url):
     """Migrations finished before the result column existed get the result their
     machines' steps give; one halted with machines still in flight is halting;
