@@ -115,8 +115,7 @@ async def serve(services, opts, max_body_size, address=None):
 
 
 def _serve_process(address):
-    from metalboot_framework.cmd.server import load_services
-    services = load_services()
+    services = common.load_services()
     gc.collect()
     gc.freeze()  # what is loaded now lives as long as the process
     # not asyncio.run(): its final sweep of tasks (asyncio.all_tasks) stumbles on

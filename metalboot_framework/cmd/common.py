@@ -9,6 +9,7 @@ from oslo_config import cfg
 
 from metalboot_framework import __version__, logs
 from metalboot_framework.conf import CONF
+from metalboot_framework.exceptions import PluginLoadError
 
 LOG_FORMAT = logs.TEXT_FORMAT
 
@@ -95,3 +96,18 @@ def fail(message, code=1):
     """Stop with one clear line, no traceback."""
     print(f"{sys.argv[0].rsplit('/', 1)[-1]}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def load_services():
+    """The process's :class:`~metalboot_framework.services.Services` from its
+    configuration; a plugin or the database that cannot load ends the process
+    with one line that says why."""
+    from metalboot_framework.services import Services  # not for the CLI's quick commands
+    try:
+        services = Services.from_conf(CONF)
+    except PluginLoadError as exc:
+        fail(str(exc))
+    except Exception as exc:
+        fail(f"cannot start: {type(exc).__name__}: {exc}")
+    check_options()  # the plugins' options too
+    return services

@@ -13,8 +13,6 @@ from metalboot_framework.api import create_app
 from metalboot_framework.cmd import common
 from metalboot_framework.conductor.manager import Conductor
 from metalboot_framework.conf import CONF
-from metalboot_framework.exceptions import PluginLoadError
-from metalboot_framework.services import Services
 
 LOG = logging.getLogger(__name__)
 
@@ -36,17 +34,6 @@ def check_listen_address():
                     f"address, without [api] admin_tokens configured")
 
 
-def load_services():
-    try:
-        services = Services.from_conf(CONF)
-    except PluginLoadError as exc:
-        common.fail(str(exc))
-    except Exception as exc:
-        common.fail(f"cannot start: {type(exc).__name__}: {exc}")
-    common.check_options()  # the plugins' options too
-    return services
-
-
 def run(name, description, argv, with_api=True, with_conductor=True):
     """Start the API (on waitress), a conductor, or both, until SIGTERM/SIGINT."""
     with common.interrupted_quietly():
@@ -58,7 +45,7 @@ def _run(name, description, argv, with_api, with_conductor):
     common.setup_logging(CONF.debug, queued=with_conductor)
     if with_api:
         check_listen_address()
-    services = load_services()
+    services = common.load_services()
     conductor = Conductor(services) if with_conductor else None
     server = None
     if with_api:
