@@ -421,8 +421,7 @@ class BmcClient:
                 else:
                     attribute = quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
                     raise BmcUnsupported(
-                        f"BMC {self.address}{f' ({self.vendor})' if self.vendor else ''}, "
-                        f"system {self.system_label}: the system has no Boot.HttpBootUri "
+                        f"{self.where}: the system has no Boot.HttpBootUri "
                         f"and no BIOS attribute {attribute} to hold the UEFI HTTP boot URI",
                         address=self.address, system=self.system_label,
                         operation="Boot.HttpBootUri")

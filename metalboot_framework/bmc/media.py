@@ -81,16 +81,12 @@ def _collection_paths(client, conn):
             found.append(path)
     if not found:
         raise BmcUnsupported(
-            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: neither "
+            f"{client.where}: neither "
             f"the system nor its managers have a VirtualMedia collection",
             address=client.address, system=client.system_label, operation="VirtualMedia")
     paths = tuple(found)
     client.learn(conn, "virtual media", paths)
     return paths
-
-
-def _vendor(client):
-    return f" ({client.vendor})" if client.vendor else ""
 
 
 def _member_paths(client, conn):
@@ -185,7 +181,7 @@ def eject(client, device):
                                  etag=device.document.etag if device.document else None)
         else:
             raise BmcUnsupported(
-                f"BMC {client.address}{_vendor(client)}, system {client.system_label}: "
+                f"{client.where}: "
                 f"VirtualMedia {device.id} has no EjectMedia action", address=client.address,
                 system=client.system_label, operation=operation)
     _send(client, operation, device, send)
@@ -241,7 +237,7 @@ def _insert_one(client, device, image_url):
         after = read_device(client, device)
         if not (after.inserted and after.image == image_url):
             raise BmcError(
-                f"BMC {client.address}{_vendor(client)}, system {client.system_label}: "
+                f"{client.where}: "
                 f"{operation}: {unknown}; {device.id} does not hold the image "
                 f"(Image={after.image}, Inserted={after.inserted}); not sent again",
                 address=client.address, system=client.system_label, operation=operation)
@@ -266,7 +262,7 @@ def insert_cd(client, image_url, found=None):
     cds.sort(key=lambda d: d.id not in first)
     if not cds:
         raise BmcUnsupported(
-            f"BMC {client.address}{_vendor(client)}, system {client.system_label}: no "
+            f"{client.where}: no "
             f"VirtualMedia device takes a CD or DVD with InsertMedia (devices: "
             f"{', '.join(d.describe() for d in found) or 'none'})", address=client.address,
             system=client.system_label, operation="VirtualMedia.InsertMedia")
