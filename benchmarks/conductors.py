@@ -64,7 +64,7 @@ def one_run(postgres, conductors, count, workers, delay, max_parallel):
         api.wait_enrolled()  # the conductors enrol the machines first
         tail = ConsoleTail(console, workers=32)
         cpu0 = {p.proc.pid: cpu_seconds(p.proc.pid) for p in procs}
-        m = run_migration(api, None, max_parallel, timeout=3600)
+        m = run_migration(api, None, max_parallel, timeout=3600, tail=tail)
         wall = m["seconds"]
         cpu = {p.proc.pid: cpu_seconds(p.proc.pid) - cpu0[p.proc.pid] for p in procs}
         tail.stop()

@@ -9,7 +9,8 @@ fetch their boot.ipxe over HTTP as soon as they are activated.
    (target: under 5 ms).
 2. Latency: every plugin call sleeps 200 ms (a BMC's latency); the wall time
    of the migration against the ideal, calls per machine x 200 ms x machines /
-   max_parallel (target: within 1.2x at max_parallel 500). The simulated
+   max_parallel (target at max_parallel 500: within 1.2x with coroutine steps,
+   1.25x with blocking steps, 1.05x with 1 s per call). The simulated
    machines fetch from a metalboot-boot-server beside the metalboot-server.
 """
 
@@ -51,6 +52,12 @@ class ConsoleTail:
     at a time (each fetch waits for its evidence to be committed). A slower
     poll, or a pool of threads that must each get this process's GIL, would
     make every boot late by more than metalboot's own overhead.
+
+    A kept-alive connection that the server has closed meanwhile (granian
+    closes one idle for 30 s) is replaced and the request sent again, as every
+    HTTP client does; a fetch that still fails is counted in :attr:`failed`
+    and its reason kept in :attr:`failures` (a simulated machine does not
+    retry, so the migration would wait for its boot timeout).
     """
 
     POLL = 0.001  # seconds between reads of the file when nothing is new
@@ -60,6 +67,7 @@ class ConsoleTail:
         self.workers = workers
         self.booted = 0
         self.failed = 0
+        self.failures = []  # (url, reason) of the first failed fetches
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="console-tail")
         self._thread.start()
@@ -103,13 +111,15 @@ class ConsoleTail:
     async def _boot(self, url, slots, idle):
         async with slots:
             try:
-                ok = await self._get(url, idle) == 200
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                ok = False
-        if ok:
+                status = await self._get(url, idle)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                status = f"{type(exc).__name__}: {exc}"
+        if status == 200:
             self.booted += 1
         else:
             self.failed += 1
+            if len(self.failures) < 10:
+                self.failures.append((url, status))
 
     @staticmethod
     async def _get(url, idle):
@@ -117,22 +127,31 @@ class ConsoleTail:
         parts = urllib.parse.urlsplit(url)
         key = (parts.hostname, parts.port)
         pool = idle.setdefault(key, [])
-        reader, writer = pool.pop() if pool else await asyncio.open_connection(*key)
-        try:
-            writer.write(f"GET {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n"
-                         .encode())
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-            status = int(head[0].split(" ", 2)[1])
-            headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
-            if headers.get("transfer-encoding") == "chunked":
-                while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-                    await reader.readexactly(size + 2)
-                await reader.readuntil(b"\r\n")
-            else:
-                await reader.readexactly(int(headers.get("content-length", 0)))
-        except BaseException:
-            writer.close()
-            raise
+        request = f"GET {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode()
+        while True:
+            reused = bool(pool)
+            reader, writer = pool.pop() if reused else await asyncio.open_connection(*key)
+            head = None
+            try:
+                writer.write(request)
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+                status = int(head[0].split(" ", 2)[1])
+                headers = dict(line.lower().split(": ", 1) for line in head[1:] if ": " in line)
+                if headers.get("transfer-encoding") == "chunked":
+                    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+                        await reader.readexactly(size + 2)
+                    await reader.readuntil(b"\r\n")
+                else:
+                    await reader.readexactly(int(headers.get("content-length", 0)))
+                break
+            except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                writer.close()
+                if reused and head is None and not getattr(exc, "partial", b""):
+                    continue  # the server closed the idle connection: a new one
+                raise
+            except BaseException:
+                writer.close()
+                raise
         if headers.get("connection") == "close":
             writer.close()
         else:
@@ -155,11 +174,13 @@ def register(server, count, delay=0.0):
     return [machine(i, 0)["id"] for i in range(count)]
 
 
-def run_migration(server, ids, max_parallel, timeout=3600, target="fake-alt"):
+def run_migration(server, ids, max_parallel, timeout=3600, target="fake-alt", tail=None):
     """POST the migration of the bench partition and wait for it to finish: the
     migration as the API shows it, with ``seconds``: from just before the POST
     to its ``finished_at`` (the server's clock, this host's: not rounded up to
-    this function's polls)."""
+    this function's polls). With ``tail`` (a :class:`ConsoleTail`), stop at the
+    first simulated boot that failed: its machine would wait for its boot
+    timeout, and the figure would be the simulator's."""
     posted = time.time()
     r = server.session.post(server.url + "/v1/migrations", json={
         "selector": {"partition": "bench"}, "boot_interface": target,
@@ -168,6 +189,9 @@ def run_migration(server, ids, max_parallel, timeout=3600, target="fake-alt"):
     mid = r.json()["id"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if tail is not None and tail.failed:
+            raise RuntimeError(f"{tail.failed} simulated boots failed, the first: "
+                               f"{tail.failures[:3]}")
         m = server.session.get(f"{server.url}/v1/migrations/{mid}").json()
         if m["finished_at"]:
             finished = datetime.datetime.fromisoformat(m["finished_at"].rstrip("Z")).replace(
@@ -216,7 +240,7 @@ def cpu_run(count, max_parallel):
         register(server, count)
         tail = ConsoleTail(console)
         cpu0 = cpu_seconds(server.proc.pid)
-        m = run_migration(server, ids, max_parallel)
+        m = run_migration(server, ids, max_parallel, tail=tail)
         cpu, wall = cpu_seconds(server.proc.pid) - cpu0, m["seconds"]
         rss = peak_rss_mb(server.proc.pid)
         tail.stop()
@@ -238,6 +262,14 @@ def cpu_run(count, max_parallel):
     ok = per_machine - per_fetch < 5
     print(f"target: conductor CPU per machine < 5 ms: {'met' if ok else 'MISSED'}")
     return per_machine - per_fetch
+
+
+def latency_target(delay, steps):
+    """The ratio to the ideal a latency run is to stay within: the closer, the
+    longer a plugin call takes (metalboot's own time is then a smaller part)."""
+    if delay >= 1.0:
+        return 1.05
+    return 1.25 if steps == "blocking" else 1.2
 
 
 def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, steps="coroutine"):
@@ -278,7 +310,7 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
         cpu0 = cpu_seconds(server.proc.pid)
         probe_before = cpu_probe()
         steal = HostSteal()
-        m = run_migration(server, ids, max_parallel, target=INTERFACES[steps][1])
+        m = run_migration(server, ids, max_parallel, target=INTERFACES[steps][1], tail=tail)
         steal.stop()
         wall = m["seconds"]
         cpu = cpu_seconds(server.proc.pid) - cpu0
@@ -303,7 +335,8 @@ def latency_run(count, max_parallel, delay, conductors=1, postgresql=False, step
           ["run", "wall", "ideal", "ratio", "server CPU"],
           [("metalboot", fmt(wall, " s"), fmt(ideal, " s"), fmt(wall / ideal, "x"),
             f"{fmt(cpu, ' s')} ({fmt(cpu / wall * 100, '%')} of a core)")])
-    print(f"target: within 1.2x of ideal: {'met' if wall / ideal <= 1.2 else 'MISSED'}")
+    target = latency_target(delay, steps)
+    print(f"target: within {target}x of ideal: {'met' if wall / ideal <= target else 'MISSED'}")
     print(steal.describe())
     print(f"host: a fixed CPU-bound loop took {probe_before:.3f} s before the run and "
           f"{probe_after:.3f} s after (lower is quieter; compare between runs)")
