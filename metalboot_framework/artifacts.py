@@ -302,8 +302,8 @@ def fetch_evidence(machine_id, interface, name, client_address, range_header=Non
 
 
 def insert_evidence(conn, rows, with_ids=False):
-    """Insert ``rows`` in the caller's transaction: with one executemany (on
-    SQLite, multi-row INSERTs), or (``with_ids``) one by one, returning their ids."""
+    """Insert ``rows`` in the caller's transaction: with one executemany, or
+    (``with_ids``) one by one, returning their ids."""
     if with_ids:
         return [conn.execute(_EVIDENCE_INSERT_ID, row).scalar_one() for row in rows]
     if not rows:
@@ -316,10 +316,9 @@ def insert_evidence(conn, rows, with_ids=False):
 
 
 def _insert_evidence_sqlite(conn, rows):
-    """A boot storm's evidence as multi-row INSERTs through the driver
-    (:func:`driver_insert.insert_rows`): an executemany steps SQLite once per
-    row and gives up the GIL at every step, which the boot server's event loop
-    then takes, so each row of a batch would wait for it."""
+    """A boot storm's evidence by an executemany of the driver
+    (:func:`driver_insert.insert_rows`), its values bound once per distinct
+    time and data: SQLAlchemy's executemany would bind every row's."""
     sql, binders = driver_insert.statement(_EVIDENCE, EVIDENCE_COLUMNS, conn.dialect)
     # a batch's rows mostly share their time and their data (None): each such
     # value is processed once

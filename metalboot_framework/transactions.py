@@ -53,7 +53,7 @@ class UnitOfWork:
 
 
 def insert_events(conn, units):
-    """The deferred events of ``units``, in order, with one multi-row INSERT."""
+    """The deferred events of ``units``, in order, with one executemany."""
     pending = [ev for unit in units for ev in unit.events if ev.id is None]
     if pending and conn.dialect.name == "sqlite":
         _insert_events_sqlite(conn, pending)
@@ -65,9 +65,8 @@ def insert_events(conn, units):
 
 
 def _insert_events_sqlite(conn, pending):
-    """SQLite: ids from here on the newest, and multi-row INSERTs through the
-    driver (:func:`driver_insert.insert_rows`: not an executemany, which steps
-    once per row).
+    """SQLite: ids from here on the newest, and one executemany of the driver
+    (:func:`driver_insert.insert_rows`).
 
     SQLAlchemy can only return SQLite's ids in the rows' order by inserting them
     one statement at a time (most of a step's cost to the group commit). Every

@@ -203,16 +203,14 @@ def test_downgrade_keeps_machines_and_nics(tmp_path, database_url):
 
 def test_evidence_batches_are_the_rows_single_inserts_write(tmp_path, database_url,
                                                            monkeypatch):
-    """A boot server's evidence batch (on SQLite: multi-row INSERTs of the
-    driver, split every ROWS_PER_STATEMENT rows) stores each row exactly as
+    """A boot server's evidence batch (on SQLite: an executemany of the
+    driver, values bound by the columns' processors) stores each row exactly as
     one INSERT of SQLAlchemy stores it: JSON null and objects, microsecond
     timestamps, no address, in the batch's order. Also on PostgreSQL."""
     import datetime
 
     from metalboot_framework import artifacts
-    from metalboot_framework.store import driver_insert
 
-    monkeypatch.setattr(driver_insert, "ROWS_PER_STATEMENT", 3)
     db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
     db.upgrade()
     times = iter([datetime.datetime(2026, 12, 1, 1, 0, 0),  # no microseconds: stored with
@@ -245,16 +243,13 @@ def test_evidence_batches_are_the_rows_single_inserts_write(tmp_path, database_u
 def test_deferred_events_are_the_rows_a_single_insert_writes(tmp_path, database_url,
                                                             monkeypatch):
     """The group commit's events (on SQLite written with ids given in the write
-    transaction and the driver's multi-row INSERTs, here split every 2 rows)
-    are stored exactly as one INSERT .. RETURNING of the same event stores
-    them, with ids in order after the newest. Also on PostgreSQL (SQLAlchemy's
-    multi-row path there)."""
+    transaction and the driver's executemany) are stored exactly as one
+    INSERT .. RETURNING of the same event stores them, with ids in order after
+    the newest. Also on PostgreSQL (SQLAlchemy's multi-row path there)."""
     import datetime
 
-    from metalboot_framework.store import driver_insert
     from metalboot_framework.transactions import UnitOfWork, insert_events
 
-    monkeypatch.setattr(driver_insert, "ROWS_PER_STATEMENT", 2)
     db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
     db.upgrade()
     when = datetime.datetime(2026, 11, 30, 22, 0, 0)  # no microseconds: stored with them
