@@ -81,18 +81,26 @@ def run_once(tree, benchmark, args):
     return float(found.group(1)), steal.group(1) + "% stolen" if steal else ""
 
 
-def main(argv=None):
+def parse(argv):
+    """(the options, the benchmark's arguments) of a command line."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mechanism", choices=mechanisms())
     parser.add_argument("--benchmark", choices=sorted(BENCHMARKS), default="migration")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("args", nargs="*",
-                        help="the benchmark's own arguments, after --; default for the "
-                             "migration benchmark: --steps blocking")
-    args = parser.parse_args(argv)
-    _, defaults, _, higher_better = BENCHMARKS[args.benchmark]
-    bench_args = args.args or defaults
+    parser.epilog = ("The benchmark's own arguments follow a --; the default for the "
+                     "migration benchmark: --steps blocking.")
+    # split here: argparse gives a positional "args" nothing once the
+    # mechanism's name was read before the options
+    ours, bench = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
+        if "--" in argv else (argv, [])
+    args = parser.parse_args(ours)
+    return args, bench or BENCHMARKS[args.benchmark][1]
+
+
+def main(argv=None):
+    args, bench_args = parse(sys.argv[1:] if argv is None else list(argv))
+    higher_better = BENCHMARKS[args.benchmark][3]
     with tempfile.TemporaryDirectory(prefix="metalboot-ablation-") as work:
         trees = {"with": pathlib.Path(work, "with"), "without": pathlib.Path(work, "without")}
         for tree in trees.values():

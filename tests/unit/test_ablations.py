@@ -49,3 +49,12 @@ def test_a_diff_that_does_not_apply_is_refused_with_its_name(tmp_path):
     with pytest.raises(SystemExit, match="broken.diff does not apply"):
         ablation.apply(diff, tmp_path)
     assert (tmp_path / "x.py").read_text() == "a = 1\n"
+
+
+def test_the_benchmark_arguments_after_the_double_dash_reach_the_benchmark():
+    args, bench = ablation.parse(["unindexed-steps", "--pairs", "1", "--",
+                                  "--steps", "blocking", "--machines", "50000"])
+    assert (args.mechanism, args.pairs, bench) == (
+        "unindexed-steps", 1, ["--steps", "blocking", "--machines", "50000"])
+    assert ablation.parse(["announcer"])[1] == ["--steps", "blocking"]
+    assert ablation.parse(["announcer", "--benchmark", "bootstorm"])[1] == []
