@@ -44,7 +44,8 @@ IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
 #: vendor -> the interfaces its captured payloads can do (the others are
 #: refused by validate; tests/functional/redfish/test_redfish_vendor_migrations.py)
 SUPPORTED = {"dell-idrac9": (HTTP, VMEDIA), "dell-idrac10": (HTTP, VMEDIA),
-             "hpe-ilo5": (HTTP,), "supermicro-x12": (VMEDIA,), "lenovo-xcc": (VMEDIA,)}
+             "hpe-ilo5": (HTTP,), "supermicro-x11": (VMEDIA,), "supermicro-x12": (VMEDIA,),
+             "lenovo-xcc": (VMEDIA,)}
 #: vendor -> BIOS attributes a bare script sets for the UEFI HTTP boot URL
 URL_ATTRIBUTES = {"dell-idrac9": ("HttpDev1Uri", {"HttpDev1EnDis": "Enabled",
                                                   "HttpDev1Protocol": "IPv4"}),

@@ -215,6 +215,9 @@ def replace_read(found, fresh):
 
 def _insert_one(client, device, image_url):
     operation = f"POST VirtualMedia.InsertMedia ({device.id}, Image={image_url})"
+    # the Image alone: both Inserted and WriteProtected default to true, and
+    # Supermicro X11/X12 answer 400 PropertyUnknown when either is sent
+    # (openstack/sushy virtual_media.py leaves them out for the same reason)
     body = {"Image": image_url}
 
     def send(conn):

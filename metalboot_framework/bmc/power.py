@@ -9,6 +9,7 @@ first time one interval after the change was requested.
 import logging
 import time
 
+import sushy
 from sushy import ResetType
 
 from metalboot_framework.bmc import retry as retry_mod
@@ -39,16 +40,41 @@ def _reset_action(client, conn):
     The allowed types and the action's target come from any read of the
     system: they do not change. Where the document lists them, the POST goes
     straight to the target; building sushy's System instead would read the
-    system's settings object again on BMCs that advertise one (iDRAC10).
-    Types given only by @Redfish.ActionInfo are left to sushy to read."""
+    system's settings object again on BMCs that advertise one (iDRAC10), and
+    the service root. Types given only by the action's @Redfish.ActionInfo
+    (Supermicro X11) are read there, once per connection."""
     doc = client.recent_system(LINKS) or client.system_document(conn)
     action = (doc.data.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
     listed, target = action.get("ResetType@Redfish.AllowableValues"), action.get("target")
+    if not listed and target and action.get("@Redfish.ActionInfo"):
+        listed = _action_info_values(client, conn, action["@Redfish.ActionInfo"])
     if not listed or not target:
         system = client.sushy_system(conn, reuse=LINKS)
         return system.get_allowed_reset_system_values(), system.reset_system
     allowed = {kind for kind in ResetType if kind.value in listed}
     return allowed, lambda kind: conn.connector.post(target, data={"ResetType": kind.value})
+
+
+def _action_info_values(client, conn, path):
+    """The ResetType values the ActionInfo at ``path`` allows; every type when
+    it is not served or names none (as sushy assumes then)."""
+    known = client.fact(conn, "reset types")
+    if known is not None:
+        return known
+    try:
+        info = client.read(conn, path).data
+    except sushy.exceptions.ResourceNotFoundError:
+        info = {}
+    values = next((p.get("AllowableValues") for p in info.get("Parameters") or []
+                   if isinstance(p, dict) and p.get("Name") == "ResetType"), None)
+    if not values:
+        LOG.warning("BMC %s system %s: ComputerSystem.Reset's ActionInfo %s names no "
+                    "ResetType values; trying them all", client.address,
+                    client.system_label, path)
+        values = [kind.value for kind in ResetType]
+    values = tuple(values)
+    client.learn(conn, "reset types", values)
+    return values
 
 
 def _reset(client, choices, operation):

@@ -101,7 +101,8 @@ def test_redfish_vendor_benchmark_counts_every_method_and_the_resets():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     for row in ("dell-idrac9 redfish-http-url", "dell-idrac10 redfish-virtual-media-ipxe",
-                "hpe-ilo5 redfish-http-url", "supermicro-x12 redfish-virtual-media-ipxe",
+                "hpe-ilo5 redfish-http-url", "supermicro-x11 redfish-virtual-media-ipxe",
+                "supermicro-x12 redfish-virtual-media-ipxe",
                 "lenovo-xcc redfish-virtual-media-ipxe"):
         line = next((li for li in out.splitlines() if li.startswith(row + " ")), None)
         assert line and re.search(r"GET \d+\.\d PATCH \d+\.\d POST \d+\.\d", line), out

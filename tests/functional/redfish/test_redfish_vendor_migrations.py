@@ -37,6 +37,7 @@ EXPECTED = {
     "dell-idrac9": {HTTP: None, VMEDIA: None},
     "dell-idrac10": {HTTP: None, VMEDIA: None},
     "hpe-ilo5": {HTTP: None, VMEDIA: ("HPE iLO", "InsertMedia")},
+    "supermicro-x11": {HTTP: ("Supermicro", "UefiHttp"), VMEDIA: None},
     "supermicro-x12": {HTTP: ("Supermicro", "UefiHttp"), VMEDIA: None},
     "lenovo-xcc": {HTTP: ("Lenovo XCC", "UefiHttp"), VMEDIA: None},
     "dmtf-public-rackmount1": {HTTP: ("Redfish BMC", "UefiHttp"),
@@ -190,6 +191,9 @@ FAULTS = {
     "409 to the eject": Fault(
         "supermicro-x12", VMEDIA, lambda bmc: _someone_elses_iso(bmc, eject_conflict=True),
         ("POST", SMC_CD + "EjectMedia"), "Base.1.8.ResourceInUse"),
+    "409 to the eject (X11)": Fault(
+        "supermicro-x11", VMEDIA, lambda bmc: _someone_elses_iso(bmc, eject_conflict=True),
+        ("POST", SMC_CD + "EjectMedia"), "Base.1.8.ResourceInUse"),
     "eject answered, media kept": Fault(
         "supermicro-x12", VMEDIA, lambda bmc: _someone_elses_iso(bmc, eject_ignored=True),
         ("POST", SMC_CD + "EjectMedia"), None),
@@ -227,11 +231,13 @@ FAULTS = {
 }
 
 #: corpus name -> the vendor as the quirk table names it
-VENDOR_NAMES = {"supermicro-x12": "Supermicro", "dell-idrac9": "Dell iDRAC",
+VENDOR_NAMES = {"supermicro-x11": "Supermicro", "supermicro-x12": "Supermicro",
+                "dell-idrac9": "Dell iDRAC",
                 "dell-idrac10": "Dell iDRAC", "hpe-ilo5": "HPE iLO", "lenovo-xcc": "Lenovo XCC"}
 
 #: corpus name -> the path of its system
-SYSTEM_PATHS = {"supermicro-x12": SMC_SYSTEM, "dell-idrac9": DELL_SYSTEM,
+SYSTEM_PATHS = {"supermicro-x11": SMC_SYSTEM, "supermicro-x12": SMC_SYSTEM,
+                "dell-idrac9": DELL_SYSTEM,
                 "dell-idrac10": DELL_SYSTEM, "hpe-ilo5": ILO_SYSTEM}
 
 #: SERVER_CONF with a read timeout short enough for the slow answers here

@@ -426,9 +426,20 @@ class MockRedfishBmc:
                 raise Fault(400, "IDRAC.2.8.VRM0021",
                             f"Virtual media slot {device.get('Id')} cannot be used; use "
                             f"{', '.join(slots)}.")
+            refused = [name for name in self.profile.insert_refuses if name in (body or {})]
+            if refused:
+                raise Fault(400, "Base.1.4.PropertyUnknown",
+                            f"The property {refused[0]} is not in the list of valid "
+                            f"properties for the resource.")
             if device.get("Inserted"):
                 raise Fault(409, "Base.1.8.ResourceInUse", "media already inserted")
-            device.update(Image=(body or {}).get("Image"), Inserted=True)
+            image = (body or {}).get("Image")
+            device.update(Image=image, Inserted=True)
+            # DSP2046 VirtualMedia: where the device shows them
+            if "ImageName" in device:
+                device["ImageName"] = (image or "").rstrip("/").rpartition("/")[2] or None
+            if "ConnectedVia" in device:
+                device["ConnectedVia"] = "URI"
             return 204, None, {}
         if path.endswith("VirtualMedia.EjectMedia"):
             if "#VirtualMedia.EjectMedia" not in (device.get("Actions") or {}):
@@ -439,6 +450,10 @@ class MockRedfishBmc:
             if self.eject_ignored:
                 return 204, None, {}
             device.update(Image=None, Inserted=False)
+            if "ImageName" in device and not self.profile.eject_keeps_image_name:
+                device["ImageName"] = None
+            if "ConnectedVia" in device:
+                device["ConnectedVia"] = "NotConnected"
             return 204, None, {}
         raise Fault(405, "Base.1.0.GeneralError", "not supported")
 

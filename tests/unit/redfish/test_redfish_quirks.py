@@ -18,6 +18,7 @@ def client(tmp_path, bmc, **overrides):
 @pytest.mark.parametrize("manufacturer,model,name", [
     ("AMI", "MegaRAC SP-X", "ami"), ("American Megatrends International", "", "ami"),
     ("ASRockRack", "ROMED8-2T", "asrock"), ("Supermicro", "X12DPi", "supermicro"),
+    ("Supermicro", "SYS-2029BT-HNTR", "supermicro"),
     ("HPE", "ProLiant DL360 Gen10", "hpe"), ("Dell Inc.", "PowerEdge R650", "dell"),
     ("Lenovo", "ThinkSystem SR650", "lenovo"), ("Sushy Emulator", "", "generic"),
     (None, None, "generic")])

@@ -9,6 +9,7 @@ resets and requests it took, what was left on the BMC.
 import dataclasses
 
 import pytest
+import requests
 
 from redfish_mock_bmc import is_bios_settings, make_conf
 from metalboot_framework.exceptions import BmcError, ValidationFailed
@@ -127,6 +128,7 @@ REQUESTS = {("dell-idrac9", HTTP): 9,            # bare script 9
             ("dell-idrac10", HTTP): 11,          # 10
             ("dell-idrac10", VMEDIA): 14,        # 14
             ("hpe-ilo5", HTTP): 9,               # 10
+            ("supermicro-x11", VMEDIA): 11,      # 13
             ("supermicro-x12", VMEDIA): 10,      # 11
             ("lenovo-xcc", VMEDIA): 11}          # 12
 
@@ -194,6 +196,37 @@ def test_supermicro_legacy_refused_and_mode_sent_again(services, vendor_bmc):
     assert boot["BootSourceOverrideMode"] == "UEFI"  # re-sent with the target
 
 
+def test_supermicro_x11_insert_sends_the_image_alone(services, vendor_bmc):
+    """X11 BMC firmware refuses InsertMedia naming Inserted or WriteProtected
+    (400 PropertyUnknown), and its eject leaves ImageName behind: the insert
+    sends only the Image, the virtual CD boots as UsbCd after one reset, and
+    the stale ImageName neither counts as media held nor stops the next
+    insert."""
+    bmc, task, iface = activated(services, vendor_bmc, "supermicro-x11", VMEDIA)
+    cd = "/redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia."
+    iso = bmc.device("CD1")["Image"]
+    assert iso and iso.endswith(".iso") and bmc.device("CD1")["Inserted"]
+    assert bmc.requests("POST", cd + "InsertMedia") == [{"Image": iso}]
+    assert bmc.boots == [{"target": "UsbCd", "url": None, "media": iso, "mode": "UEFI"}]
+    assert bmc.resets == ["ForceRestart"]
+    assert iface.check_drift(task) == []
+    iface.clean_up(task)
+    assert bmc.requests("POST", cd + "EjectMedia") == [{}]  # the Reference Guide's body
+    device = bmc.device("CD1")
+    assert not device["Inserted"] and device["Image"] is None
+    assert device["ImageName"] == iso.rpartition("/")[2]  # the BMC keeps it
+    assert device["ConnectedVia"] == "NotConnected"
+    # the next migration inserts again over the stale ImageName, ejecting nothing
+    posts = len(bmc.requests("POST", cd + "EjectMedia"))
+    iface.activate(task)
+    assert bmc.device("CD1")["Inserted"] and bmc.boots[-1]["media"] == iso
+    assert len(bmc.requests("POST", cd + "EjectMedia")) == posts
+    # the mock refuses what a client sending Inserted would get
+    answer = requests.post(bmc.url + cd + "InsertMedia", timeout=5,
+                           json={"Image": iso, "Inserted": True, "WriteProtected": True})
+    assert answer.status_code == 400 and "Inserted" in answer.text
+
+
 def test_failed_eject_is_not_reported_as_done(services, vendor_bmc):
     bmc = vendor_bmc("supermicro-x12", uefi=True)
     bmc.device("CD1").update(Image="http://other/old.iso", Inserted=True)
@@ -222,22 +255,24 @@ def test_insert_answered_late_is_sent_once(services, vendor_bmc):
     assert bmc.resets == ["ForceRestart"]
 
 
-@pytest.mark.parametrize("interface", [VMEDIA, HTTP])
-def test_the_operators_override_is_restored(services, vendor_bmc, interface):
-    """XCC as captured has a pending "Once Hdd" of the operator's; the iDRAC
-    gets a "Continuous Hdd". Clean-up (a rollback) leaves them as found."""
-    if interface == VMEDIA:
-        vendor, before = "lenovo-xcc", {"BootSourceOverrideEnabled": "Once",
-                                        "BootSourceOverrideTarget": "Hdd"}  # as captured
-        boot = None
+@pytest.mark.parametrize("vendor,interface", [
+    ("lenovo-xcc", VMEDIA), ("supermicro-x11", VMEDIA), ("dell-idrac9", HTTP)])
+def test_the_operators_override_is_restored(services, vendor_bmc, vendor, interface):
+    """XCC as captured has a pending "Once Hdd" of the operator's, the X11 as
+    captured a "Continuous Hdd"; the iDRAC is given a "Continuous Hdd".
+    Clean-up (a rollback) leaves them as found."""
+    boot = None  # as captured
+    if vendor == "lenovo-xcc":
+        before = {"BootSourceOverrideEnabled": "Once", "BootSourceOverrideTarget": "Hdd"}
     else:
-        vendor, before = "dell-idrac9", {"BootSourceOverrideEnabled": "Continuous",
-                                         "BootSourceOverrideTarget": "Hdd"}
-        boot = before
+        before = {"BootSourceOverrideEnabled": "Continuous",
+                  "BootSourceOverrideTarget": "Hdd"}
+        boot = before if vendor == "dell-idrac9" else None
     bmc, task, iface = activated(services, vendor_bmc, vendor, interface, boot)
-    assert bmc.boots[-1]["target"] in ("Cd", "UefiHttp")  # ours took the boot
+    assert bmc.boots[-1]["target"] in ("Cd", "UsbCd", "UefiHttp")  # ours took the boot
     iface.clean_up(task)
     assert {k: bmc.boot[k] for k in before} == before
+    assert bmc.boot["BootSourceOverrideMode"] == "UEFI"
 
 
 @pytest.mark.parametrize("firmware,model,refused", [

@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 DELL_SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
 DELL_MANAGER = "/redfish/v1/Managers/iDRAC.Embedded.1"
 SMC_MANAGER = "/redfish/v1/Managers/1"
+SMC_SYSTEM = "/redfish/v1/Systems/1"
 HPE_SYSTEM = "/redfish/v1/Systems/1"
 
 #: Dell: the UEFI HTTP boot device attributes of the iDRAC9/10 BIOS attribute
@@ -20,6 +21,12 @@ HPE_SYSTEM = "/redfish/v1/Systems/1"
 #: is trimmed to BootMode, so the mock adds them in their factory state.
 DELL_HTTP_DEVICE = {"HttpDev1EnDis": "Disabled", "HttpDev1Uri": "",
                     "HttpDev1Protocol": "IPv4", "HttpDev1Interface": "NIC.Integrated.1-1-1"}
+
+
+def media_actions(device):
+    """The DMTF InsertMedia and EjectMedia actions of the VirtualMedia at ``device``."""
+    return {f"#VirtualMedia.{name}": {"target": f"{device}/Actions/VirtualMedia.{name}"}
+            for name in ("InsertMedia", "EjectMedia")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +38,7 @@ class Profile:
     #: #56050; HPE iLO 5 "Using ETags"); a stale one 412 (RFC 7232).
     if_match_required: bool = False
     #: Where the ETag is given: "header", "body" (@odata.etag only: Lenovo XCC),
-    #: "both", or "none" (a fault: If-Match required, no ETag given).
+    #: "both", or "none" (no ETag at all; with if_match_required, a fault).
     etag_in: str = "header"
     #: How pending BIOS settings apply: "job" (Dell: only by a config job on
     #: Managers/iDRAC.Embedded.1/Jobs with TargetSettingsURI, or a PATCH with
@@ -60,6 +67,17 @@ class Profile:
     #: (Supermicro; openstack/ironic drivers/modules/redfish/management.py
     #: re-sends the mode after setting the boot device there).
     target_change_drops_mode: bool = False
+    #: InsertMedia parameters the BMC refuses with 400 PropertyUnknown
+    #: (Supermicro BMC firmware 01.74.02, an X11 BMC: "The property Inserted is
+    #: not in the list of valid properties for the resource." --
+    #: ansible-collections/community.general pull request 4839; openstack/sushy
+    #: virtual_media.py leaves both out of InsertMedia for SuperMicro X11/X12).
+    insert_refuses: Sequence[str] = ()
+    #: EjectMedia clears Image and Inserted but leaves ImageName as it was
+    #: (Supermicro: community.general pull request 4839, firmware 01.74.02;
+    #: pull request 12537, X12STW-TF and H13SRD-F, where ConnectedVia reads
+    #: NotConnected after the eject).
+    eject_keeps_image_name: bool = False
     #: The MessageId with which this BMC says "busy, try again" and its status.
     busy: Tuple[int, str, str] = (503, "Base.1.8.ServiceTemporarilyUnavailable",
                                   "The service is temporarily unavailable.")
@@ -95,6 +113,42 @@ PROFILES = {
         busy=(400, "IDRAC.2.8.SYS518", "iDRAC is not ready. The configuration values "
                                        "cannot be accessed. Retry the operation."),
     ),
+    "supermicro-x11": Profile(
+        # The captured payloads carry no @odata.etag and no capture shows an
+        # ETag header: the mock gives none, and requires no If-Match. UsbCd:
+        # openstack/sushy system constants.py (SuperMicro X11 and X12 boot
+        # virtual media only as UsbCd). The captured system keeps the
+        # operator's Continuous Hdd; its ResetActionInfo and Bios were not
+        # captured and are not served.
+        "supermicro-x11", etag_in="none", cd_boot_targets=("UsbCd",),
+        target_change_drops_mode=True, insert_refuses=("Inserted", "WriteProtected"),
+        eject_keeps_image_name=True,
+        overlays=(
+            ("/redfish/v1/Systems", {"Members": [{"@odata.id": SMC_SYSTEM}],
+                                     "Members@odata.count": 1},
+             "the captured service root links /redfish/v1/Systems and the captured "
+             "manager's ManagerForServers names its one system, Systems/1; the "
+             "collection itself was not captured"),
+            (SMC_MANAGER + "/VirtualMedia", {
+                "Name": "Virtual Media Collection",
+                "Members": [{"@odata.id": SMC_MANAGER + "/VirtualMedia/CD1"}],
+                "Members@odata.count": 1},
+             "the captured manager (firmware 01.73.11) links Managers/1/VirtualMedia; "
+             "Supermicro Redfish Reference Guide, virtual media: the ISO is checked and "
+             "ejected at Managers/1/VirtualMedia/CD<n> (quoted in "
+             "github.com/quadsproject/badfish/issues/125); community.general pull "
+             "request 4839 inserts into CD1 on firmware 01.74.02"),
+            (SMC_MANAGER + "/VirtualMedia/CD1", {
+                "Id": "CD1", "Name": "Virtual Removable Media", "MediaTypes": ["CD", "DVD"],
+                "Image": None, "ImageName": None, "Inserted": False,
+                "ConnectedVia": "NotConnected",
+                "Actions": media_actions(SMC_MANAGER + "/VirtualMedia/CD1")},
+             "community.general pull request 4839 (firmware 01.74.02): InsertMedia at "
+             "Managers/1/VirtualMedia/CD1/Actions/VirtualMedia.InsertMedia, found as a "
+             "CD/DVD device; Supermicro Redfish Reference Guide: EjectMedia on CD<n> with "
+             "the body {}; quadsproject/badfish pull request 126: CD1 named \"Virtual "
+             "Removable Media\" with ImageName and Inserted"),
+        )),
     "supermicro-x12": Profile(
         "supermicro-x12", etag_in="both", cd_boot_targets=("UsbCd",),
         target_change_drops_mode=True,
@@ -108,13 +162,7 @@ PROFILES = {
             (SMC_MANAGER + "/VirtualMedia/CD1", {
                 "Id": "CD1", "Name": "Virtual CD", "MediaTypes": ["CD", "DVD"],
                 "Image": None, "Inserted": False,
-                "Actions": {
-                    "#VirtualMedia.InsertMedia": {
-                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
-                                                "VirtualMedia.InsertMedia"},
-                    "#VirtualMedia.EjectMedia": {
-                        "target": SMC_MANAGER + "/VirtualMedia/CD1/Actions/"
-                                                "VirtualMedia.EjectMedia"}}},
+                "Actions": media_actions(SMC_MANAGER + "/VirtualMedia/CD1")},
              "Supermicro Redfish Reference Guide (X12): VirtualMedia CD1 with "
              "InsertMedia/EjectMedia; shape as openstack/sushy json_samples/virtual_media.json "
              "(Name: required of every resource by DSP0266)"),
