@@ -37,7 +37,8 @@ class MediaDevice:
     id: str
     media_types: Sequence[str]
     image: Optional[str]
-    inserted: bool
+    #: The device's Inserted, None where it does not say (DSP2046: optional).
+    inserted: Optional[bool]
     #: Targets of the InsertMedia / EjectMedia actions, if the device has them.
     insert_target: Optional[str] = None
     eject_target: Optional[str] = None
@@ -53,7 +54,15 @@ class MediaDevice:
 
     @property
     def has_media(self):
-        return bool(self.inserted or self.image)
+        """Inserted decides where the device gives it: some BMCs leave Image
+        (and ImageName) set after an eject with Inserted false (Supermicro:
+        ansible-collections/community.general #6969, #4839); only a device
+        without Inserted is judged by its Image."""
+        return self.inserted if self.inserted is not None else bool(self.image)
+
+    def holds(self, image_url):
+        """Whether ``image_url`` is inserted here."""
+        return self.image == image_url and self.inserted is not False
 
     @property
     def can_insert(self):
@@ -110,7 +119,8 @@ def _device(client, conn, path):
     allow = (doc.headers.get("Allow") or "").upper()
     return MediaDevice(path=path, id=data.get("Id", ""),
                        media_types=tuple(data.get("MediaTypes") or ()),
-                       image=data.get("Image") or None, inserted=bool(data.get("Inserted")),
+                       image=data.get("Image") or None,
+                       inserted=None if data.get("Inserted") is None else bool(data["Inserted"]),
                        insert_target=(actions.get(INSERT) or {}).get("target"),
                        eject_target=(actions.get(EJECT) or {}).get("target"),
                        patchable="PATCH" in allow, document=doc)
@@ -238,7 +248,7 @@ def _insert_one(client, device, image_url):
     unknown = _send(client, operation, device, send)
     if unknown is not None:
         after = read_device(client, device)
-        if not (after.inserted and after.image == image_url):
+        if not after.holds(image_url):
             raise BmcError(
                 f"{client.where}: "
                 f"{operation}: {unknown}; {device.id} does not hold the image "

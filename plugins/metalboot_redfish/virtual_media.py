@@ -117,7 +117,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         drift = []
         state = client.boot_state()  # first: finding the media reuses this read
         devices = media.devices(client)
-        if not any(d.inserted and d.image == expected for d in devices):
+        if not any(d.holds(expected) for d in devices):
             held = [f"{d.id}: {d.image}" for d in devices if d.has_media]
             drift.append(f"virtual media does not hold {expected}"
                          + (f" (holds {'; '.join(held)})" if held else " (nothing inserted)"))

@@ -197,6 +197,9 @@ class MockRedfishBmc:
         self.busy = 0
         self.eject_conflict = False
         self.eject_ignored = False      # EjectMedia answered 204, media kept
+        # EjectMedia sets Inserted false but leaves Image: what
+        # ansible-collections/community.general #6969 reports of a Supermicro
+        self.eject_keeps_image = False
         self.if_matches = []            # (path, If-Match or None) of each PATCH
         self.refuse = {}
         self.faults = []
@@ -449,7 +452,9 @@ class MockRedfishBmc:
                             "The media cannot be ejected: it is in use.")
             if self.eject_ignored:
                 return 204, None, {}
-            device.update(Image=None, Inserted=False)
+            device.update(Inserted=False)
+            if not self.eject_keeps_image:
+                device["Image"] = None
             if "ImageName" in device and not self.profile.eject_keeps_image_name:
                 device["ImageName"] = None
             if "ConnectedVia" in device:

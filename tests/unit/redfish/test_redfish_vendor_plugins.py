@@ -30,7 +30,7 @@ def services(tmp_path):
 
 
 def task_for(services, bmc, interface, machine_id="m1", properties=None):
-    with services.write() as unit:
+    with services.transactions.write() as unit:
         s = unit.session
         if s.get(models.Partition, "p1") is None:
             s.add(models.Partition(id="p1", kernel_url="http://127.0.0.1:1/k",
@@ -225,6 +225,42 @@ def test_supermicro_x11_insert_sends_the_image_alone(services, vendor_bmc):
     answer = requests.post(bmc.url + cd + "InsertMedia", timeout=5,
                            json={"Image": iso, "Inserted": True, "WriteProtected": True})
     assert answer.status_code == 400 and "Inserted" in answer.text
+
+
+def test_an_image_left_with_inserted_false_is_no_media(services, vendor_bmc):
+    """Where a BMC leaves Image set after an eject with Inserted false
+    (reported of Supermicro), Inserted decides: the stale image is not ejected
+    again, the eject of ours is done, and the next insert goes ahead."""
+    bmc = vendor_bmc("supermicro-x11", uefi=True)
+    bmc.device("CD1").update(Image="http://other/old.iso", Inserted=False)
+    bmc.eject_keeps_image = True
+    svc = services()
+    task = task_for(svc, bmc, VMEDIA)
+    iface = plugin(svc, VMEDIA)
+    iface.validate(task)
+    iface.prepare(task)
+    iface.activate(task)
+    cd = "/redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia."
+    iso = bmc.device("CD1")["Image"]
+    assert iso != "http://other/old.iso" and bmc.device("CD1")["Inserted"]
+    assert bmc.requests("POST", cd + "EjectMedia") == []
+    assert bmc.boots == [{"target": "UsbCd", "url": None, "media": iso, "mode": "UEFI"}]
+    assert iface.check_drift(task) == []
+    iface.clean_up(task)  # the eject leaves our Image behind, Inserted false: done
+    assert bmc.requests("POST", cd + "EjectMedia") == [{}]
+    assert bmc.device("CD1")["Image"] == iso and bmc.device("CD1")["Inserted"] is False
+    assert "virtual media does not hold" in " ".join(iface.check_drift(task))
+
+
+@pytest.mark.parametrize("inserted, image, has_media", [
+    (True, "http://a/x.iso", True), (False, "http://a/x.iso", False),
+    (None, "http://a/x.iso", True), (None, None, False), (True, None, True)])
+def test_inserted_decides_where_the_device_gives_it(inserted, image, has_media):
+    from metalboot_framework.bmc.media import MediaDevice
+    device = MediaDevice(path="/vm/1", id="1", media_types=("CD",), image=image,
+                         inserted=inserted)
+    assert device.has_media is has_media
+    assert device.holds("http://a/x.iso") is (image is not None and inserted is not False)
 
 
 def test_failed_eject_is_not_reported_as_done(services, vendor_bmc):
