@@ -29,7 +29,7 @@ from metalboot_framework.transactions import Transactions
 
 def _of(component, name):
     """``services.<name>``, which is ``services.<component>.<name>``: the names
-    the conductor, the API and plugins (``task.services``) call them by."""
+    plugins (``task.services``) and the core call them by."""
     return property(lambda self: getattr(getattr(self, component), name),
                     doc=f"``{component}.{name}``")
 
@@ -77,18 +77,6 @@ class Services:
         """Wake the conductors of this process: the API made work for them."""
         for watcher in self.work_watchers:
             watcher()
-
-    # -- writes (metalboot_framework.transactions) ---------------------------
-    announcer = _of("transactions", "announcer")
-    write = _of("transactions", "write")
-    write_grouped = _of("transactions", "write_grouped")
-    write_batched = _of("transactions", "write_batched")
-    write_batched_later = _of("transactions", "write_batched_later")
-    awrite_grouped = _of("transactions", "awrite_grouped")
-    awrite_batched = _of("transactions", "awrite_batched")
-    asettle = _of("transactions", "asettle")
-    record_event = _of("transactions", "record_event")
-    arecord_event = _of("transactions", "arecord_event")
 
     # -- URLs and scripts (metalboot_framework.boot_urls, .boot_scripts) -----
     public_url = _of("urls", "public_url")

@@ -174,9 +174,9 @@ class BootTask:
     def record_event(self, kind, message, **data):
         """Append an event to the machine's history (committed at once), as
         :meth:`event_kind` names it; its data carry ``interface``."""
-        self.services.record_event(self.machine.id, self.event_kind(kind), message,
-                                   data=dict(data, interface=self.interface),
-                                   migration_id=self.migration_id)
+        self.services.transactions.record_event(
+            self.machine.id, self.event_kind(kind), message,
+            data=dict(data, interface=self.interface), migration_id=self.migration_id)
 
     def last_event(self, *kinds):
         """``(kind, data)`` of the machine's newest event of one of ``kinds``
@@ -193,6 +193,6 @@ class BootTask:
     async def arecord_event(self, kind, message, **data):
         """:meth:`record_event` for a step written as a coroutine: waits for the
         commit without blocking the loop."""
-        await self.services.arecord_event(self.machine.id, self.event_kind(kind), message,
-                                          data=dict(data, interface=self.interface),
-                                          migration_id=self.migration_id)
+        await self.services.transactions.arecord_event(
+            self.machine.id, self.event_kind(kind), message,
+            data=dict(data, interface=self.interface), migration_id=self.migration_id)

@@ -101,8 +101,8 @@ class Conductor:
         self.evidence.stop()
         # transitions queued without waiting commit before this one, and are
         # announced before the conductor says it stopped
-        self.services.write_grouped(lambda unit: None)
-        self.services.announcer.flush()
+        self.services.transactions.write_grouped(lambda unit: None)
+        self.services.transactions.announcer.flush()
         with self.services.db.write() as s:
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
@@ -111,7 +111,7 @@ class Conductor:
     def _register(self):
         """Record this conductor as live; release locks a previous run left behind."""
         now = models.utcnow()
-        with self.services.write() as unit:
+        with self.services.transactions.write() as unit:
             s = unit.session
             row = s.get(models.Conductor, self.host)
             if row is None:
@@ -349,7 +349,7 @@ class Conductor:
         idle = self._idle_workers()
         if idle <= 0:
             return
-        dones, locked = self.services.write_grouped(
+        dones, locked = self.services.transactions.write_grouped(
             lambda unit: self.runner.start_many(unit.session, migration.id, idle, [unit] * idle))
         jobs = self.runner.read_jobs(migration.id, locked)  # starts announced once committed
         self._hand_over(migration.id, [done[1] for done in dones if done is not None], jobs)
@@ -418,7 +418,7 @@ class Conductor:
         """``old`` -> ``new`` if the migration is still ``old``; a final state
         records ``finished_at`` and the ``result`` of its machines' steps."""
         now = models.utcnow()
-        with self.services.write() as unit:
+        with self.services.transactions.write() as unit:
             values = {"state": new, "reason": reason, "updated_at": now}
             data = {"old": old, "new": new, "reason": reason}
             if new in states.FINAL:
@@ -472,7 +472,7 @@ class Conductor:
         except Exception as exc:
             drift = [f"drift check failed: {type(exc).__name__}: {exc}"]
         now = models.utcnow()
-        with self.services.write() as unit:
+        with self.services.transactions.write() as unit:
             unit.session.execute(update(models.Machine).where(models.Machine.id == machine_id)
                                  .values(drift=drift or None, drift_checked_at=now))
             if (drift or None) != previous:

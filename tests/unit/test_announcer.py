@@ -45,11 +45,11 @@ def test_grouped_writes_reach_the_hooks_in_commit_order(services):
         def work(unit):
             unit.event("test.write", f"write {n}")
             unit.announce(announced.append, n)
-        services.write_grouped(work)
+        services.transactions.write_grouped(work)
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(write, range(200)))
-    assert services.announcer.flush(timeout=10)
+    assert services.transactions.announcer.flush(timeout=10)
     ids = [event_id for event_id, _ in recorder.kinds]
     assert len(ids) == 200 and ids == sorted(ids)  # hooks heard events in commit order
     # and each write's announcement right after its event's hook
