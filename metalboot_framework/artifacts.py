@@ -30,7 +30,6 @@ from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound, Unauthorized
 from metalboot_framework.store import driver_insert, models
 from metalboot_framework.snapshots import machine_info, partition_info
-from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.task import BootTask
 from metalboot_framework.tokens import UNBOUND
 
@@ -154,7 +153,7 @@ def machines_by_mac(conn, services, keys):
             sqlalchemy.select(_MM.c.machine_id, _MIG.c.target_boot_interface)
             .join(_MIG, _MIG.c.id == _MM.c.migration_id)
             .where(_MM.c.machine_id.in_({m for _, _, m in undecided}),
-                   unindexed(_MM.c.state).in_(BOOTING_STEPS))).all())
+                   _MM.c.state.in_(BOOTING_STEPS))).all())
         for mac, interface, machine_id in undecided:
             if (machine_id, interface) in booting:
                 found[(mac, interface)] = machine_id

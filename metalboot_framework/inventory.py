@@ -14,7 +14,6 @@ from metalboot_framework import machine_steps
 from metalboot_framework.feed import event_dict
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
-from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.timestamps import iso
 
 # What a migration relies on staying put while it runs.
@@ -154,7 +153,7 @@ def _migrations_by_machine(session, machine_ids):
             select(mm_table, models.Migration.target_boot_interface)
             .join(models.Migration, models.Migration.id == mm_table.c.migration_id)
             .where(mm_table.c.machine_id.in_(chunk),
-                   unindexed(mm_table.c.state).in_(machine_steps.ACTIVE)))
+                   mm_table.c.state.in_(machine_steps.ACTIVE)))
         for mm in rows:
             target = mm.target_boot_interface
             result[mm.machine_id] = {"id": mm.migration_id, "step": mm.state,

@@ -17,7 +17,6 @@ from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.store import models
-from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.timestamps import iso
 
 MM = models.MigrationMachine
@@ -152,7 +151,7 @@ def _busy_conflict(session, machine_ids):
     for start in range(0, len(machine_ids), 500):
         rows += session.execute(select(MM.machine_id, MM.migration_id).where(
             MM.machine_id.in_(machine_ids[start:start + 500]),
-            unindexed(MM.state).in_(machine_steps.ACTIVE))).all()
+            MM.state.in_(machine_steps.ACTIVE))).all()
     if not rows:
         rows = [(mid, "another request") for mid in machine_ids[:1]]
     names = ", ".join(f"{mid} (in {mig})" for mid, mig in rows[:20])

@@ -27,7 +27,6 @@ from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
 from metalboot_framework.store import models
 from metalboot_framework.store.many_rows import changed, chunks
-from metalboot_framework.store.unindexed import unindexed
 from metalboot_framework.transactions import UnitOfWork
 
 LOG = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ _mid = bindparam("mid")
 _mids = bindparam("mids", expanding=True)
 _MOVED = select(_MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
-    unindexed(_MMT.c.state) == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
+    _MMT.c.state == bindparam("new"), _MMT.c.updated_at == bindparam("now"))
 JOBS = select(_MMT.c.machine_id, _MMT.c.state, _MMT.c.source_boot_interface,
               _MMT.c.activated_at) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids))
@@ -94,7 +93,7 @@ _NEXT_CANARIES = select(_MMT.c.machine_id).where(
     .with_for_update(skip_locked=True)
 _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     _MMT.c.machine_id.in_(_mids),
-                                    unindexed(_MMT.c.state) == "queued",
+                                    _MMT.c.state == "queued",
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
 _TRANSITIONS = {}
@@ -107,7 +106,7 @@ def _transition_stmt(keys):
     if stmt is None:
         stmt = _TRANSITIONS[keys] = update(_MMT).where(
             _MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id.in_(_mids),
-            unindexed(_MMT.c.state) == bindparam("old")) \
+            _MMT.c.state == bindparam("old")) \
             .values({k: bindparam(f"v_{k}") for k in keys})
     return stmt
 

@@ -52,9 +52,9 @@ def test_a_diff_that_does_not_apply_is_refused_with_its_name(tmp_path):
 
 
 def test_the_benchmark_arguments_after_the_double_dash_reach_the_benchmark():
-    args, bench = ablation.parse(["unindexed-steps", "--pairs", "1", "--",
+    args, bench = ablation.parse(["posix-write-lock", "--pairs", "1", "--",
                                   "--steps", "blocking", "--machines", "50000"])
     assert (args.mechanism, args.pairs, bench) == (
-        "unindexed-steps", 1, ["--steps", "blocking", "--machines", "50000"])
+        "posix-write-lock", 1, ["--steps", "blocking", "--machines", "50000"])
     assert ablation.parse(["announcer"])[1] == ["--steps", "blocking"]
     assert ablation.parse(["announcer", "--benchmark", "bootstorm"])[1] == []
