@@ -4,9 +4,10 @@ Every move of a machine within a migration is a row of :data:`TRANSITIONS`:
 where it starts, the event that moves it, where it ends, which plugin step (of
 which interface) produced the event, how the move is committed and whether the
 step may run again after a crash. The step runner refuses a move that is not in
-the table (:func:`check`); the API, the CLI, the boot server and the docs take
-their lists of steps from here; the architecture page's diagram is generated
-from the table.
+the table (:func:`check`), and makes the plugin call and the commit of each
+move forward as its row says (:data:`FORWARD_MOVES`, :func:`plugin_call`); the
+API, the CLI, the boot server and the docs take their lists of steps from
+here; the architecture page's diagram is generated from the table.
 
 This module imports nothing of the framework, so that anything may import it.
 """
@@ -152,10 +153,21 @@ AT_REST = (Step.ROLLED_BACK.value, Step.SKIPPED.value, Step.CANCELLED.value)
 #: ends whose slot the same coroutine fills at once with the next queued machine
 REFILLING = (Step.DONE.value, Step.VALID.value, Step.SKIPPED.value)
 
-#: the move forward from each working step but rolling_back
-FORWARD = {t.old.value: t.new.value for t in TRANSITIONS
-           if t.old.value in RUNNABLE and t.new.value in IN_FLIGHT + (Step.DONE.value,)
-           and t.new != Step.ROLLING_BACK}
+#: the move forward from each working step but rolling_back: its Transition
+FORWARD_MOVES = {t.old.value: t for t in TRANSITIONS
+                 if t.old.value in RUNNABLE and t.new.value in IN_FLIGHT + (Step.DONE.value,)
+                 and t.new != Step.ROLLING_BACK}
+#: the step each working step moves forward to
+FORWARD = {old: t.new.value for old, t in FORWARD_MOVES.items()}
+
+
+def plugin_call(move):
+    """(``"source"`` or ``"target"``, plugin step) of a move with a single
+    plugin call in its ``calls`` ("target.validate"): what the runner calls."""
+    role, _, step = move.calls.partition(".")
+    if role not in ("source", "target") or not step.isidentifier():
+        raise ValueError(f"{move.old} -> {move.new}: not one plugin call: {move.calls!r}")
+    return role, step
 
 
 def rst_table():

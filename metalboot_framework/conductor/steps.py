@@ -454,7 +454,11 @@ class StepRunner:
                                   error or "valid for " + job.target, error=error)
 
     async def _forward(self, job):
+        """The plugin call of the machine's step, then its move forward, both
+        as the table (:data:`machine_steps.FORWARD_MOVES`) has them; a failed
+        call rolls back."""
         state, source, target = job.state, job.source, job.target
+        move = machine_steps.FORWARD_MOVES[state]
         if state == "validating":
             vetoes = await self._vetoes(job.migration_id, job.machine_id)
             if vetoes:
@@ -462,15 +466,11 @@ class StepRunner:
                 return await self._finish(job, "rolling_back" if job.resumed else "skipped",
                                           "vetoed: " + "; ".join(vetoes),
                                           error="veto: " + "; ".join(vetoes))
-            error = await self._call(job, target, "validate")
-        elif state == "preparing":
-            error = await self._call(job, target, "prepare")
-        elif state == "activating":
-            error = await self._call(job, target, "activate")
-        elif state == "verifying":
-            error = await self._call(job, source, "clean_up")
+        role, step = machine_steps.plugin_call(move)
+        error = await self._call(job, target if role == "target" else source, step)
+        if error is None and step == "clean_up":
             stale = self._stale_interface(job)
-            if error is None and stale:
+            if stale:
                 error = await self._call(job, stale, "clean_up")
         if error and state == "validating" and not job.resumed:
             # validate changes nothing (the contract), so nothing is rolled back:
@@ -481,11 +481,11 @@ class StepRunner:
         if error:
             return await self._finish(job, "rolling_back", error, error=error)
         message = DONE_MESSAGES[state].format(source=source, target=target)
-        if state in ("validating", "preparing", "activating"):
+        if move.commit is machine_steps.Commit.QUEUED:
             if not await self._settle(job):  # the move before (committed by now)
                 return None
-            return self._finish_later(job, machine_steps.FORWARD[state], message)
-        return await self._finish(job, machine_steps.FORWARD[state], message)
+            return self._finish_later(job, move.new.value, message)
+        return await self._finish(job, move.new.value, message)
 
     async def _roll_back(self, job):
         """Remove the target's traces; if the machine may have been reset onto the

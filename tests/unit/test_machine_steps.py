@@ -24,6 +24,21 @@ def test_groups_are_consistent():
                            "activating": "awaiting_boot", "verifying": "done"}
 
 
+def test_the_runner_makes_each_forward_call_the_table_names():
+    """The runner calls what the table's forward moves name, and commits the
+    moves the table marks "queued" without waiting (a crash re-runs a harmless
+    step): those four and no other."""
+    calls = {old: machine_steps.plugin_call(t) for old, t in machine_steps.FORWARD_MOVES.items()}
+    assert calls == {"validating": ("target", "validate"), "preparing": ("target", "prepare"),
+                     "activating": ("target", "activate"), "verifying": ("source", "clean_up")}
+    queued = {(t.old.value, t.new.value) for t in machine_steps.TRANSITIONS
+              if t.commit is machine_steps.Commit.QUEUED}
+    assert queued == {("validating", "preparing"), ("preparing", "activating"),
+                      ("activating", "awaiting_boot"), ("awaiting_boot", "verifying")}
+    with pytest.raises(ValueError, match="not one plugin call"):
+        machine_steps.plugin_call(machine_steps.TRANSITIONS[-1])
+
+
 @pytest.mark.parametrize("old,new", [("done", "queued"), ("queued", "done"),
                                      ("awaiting_boot", "done"), ("rolled_back", "rolling_back"),
                                      ("validating", "nonsense")])
