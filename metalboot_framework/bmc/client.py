@@ -439,24 +439,24 @@ class BmcClient:
         return self.run_on_system(operation, apply)
 
     def _patch_boot(self, conn, system, body, etag):
-        """PATCH ``{"Boot": body}``: to the system, or -- where the system
-        refuses Boot as read-only and advertises a @Redfish.Settings object
-        (iDRAC10) -- to that object, applied by the BMC at the next reset."""
+        """PATCH ``{"Boot": body}``: where the system advertises a
+        @Redfish.Settings object, to that object, applied by the BMC at the
+        next reset (iDRAC10 refuses Boot on the system as read-only; sushy
+        writes Boot there too), and to the system itself if the object refuses
+        Boot; else to the system."""
         settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
             .get("@odata.id")
-        if settings and self.fact(conn, "boot via settings"):
-            return conn.connector.patch(settings, data={"Boot": body},
-                                        etag=self.read(conn, settings).etag)
-        try:
-            return conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
-        except sushy.exceptions.BadRequestError as exc:
-            text = f"{exc.code} {exc.detail} {exc.extended_info}"
-            if not settings or not ("PropertyNotWritable" in text or "read only" in text
-                                    or "read-only" in text):
-                raise
-        self.learn(conn, "boot via settings", True)
-        return conn.connector.patch(settings, data={"Boot": body},
-                                    etag=self.read(conn, settings).etag)
+        if settings and not self.fact(conn, "boot via system"):
+            try:
+                return conn.connector.patch(settings, data={"Boot": body},
+                                            etag=self.read(conn, settings).etag)
+            except sushy.exceptions.BadRequestError as exc:
+                text = f"{exc.code} {exc.detail} {exc.extended_info}"
+                if not ("PropertyUnknown" in text or "PropertyNotWritable" in text
+                        or "read only" in text or "read-only" in text):
+                    raise
+            self.learn(conn, "boot via system", True)
+        return conn.connector.patch(self._path, data={"Boot": body}, etag=etag)
 
     def run_on_system(self, operation, apply):
         """:meth:`run` of ``apply(conn, system document)`` for a change of Boot.

@@ -162,3 +162,41 @@ def test_supermicro_virtual_media_boots_as_usbcd(tmp_path, mock_redfish_bmc):
     other = client(tmp_path, mock_redfish_bmc("Contoso"))
     assert Vm.cd_target(sm.boot_state()) == "UsbCd"
     assert Vm.cd_target(other.boot_state()) == "Cd"
+
+
+def _with_settings_object(bmc):
+    """The system advertises a @Redfish.Settings object (DSP0266 "Settings"),
+    as iDRAC10's, Lenovo SE450's and Nokia's do (openstack/sushy json_samples)."""
+    bmc.docs[SYSTEM]["@Redfish.Settings"] = {"SettingsObject": {"@odata.id": SYSTEM + "/Settings"}}
+    bmc.docs[SYSTEM + "/Settings"] = {"@odata.id": SYSTEM + "/Settings"}
+    return bmc
+
+
+def test_boot_goes_to_an_advertised_settings_object(tmp_path, mock_redfish_bmc):
+    """Where the system advertises a settings object, Boot is written there (no
+    PATCH of the system that a BMC like iDRAC10 refuses as read-only) and
+    applies at the reset."""
+    bmc = _with_settings_object(mock_redfish_bmc("Contoso"))
+    c = client(tmp_path, bmc)
+    c.set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    assert [p for m, p, _ in bmc.log if m == "PATCH"] == [SYSTEM + "/Settings"]
+    assert bmc.docs[SYSTEM]["Boot"].get("HttpBootUri") != URI  # pending until the reset
+    power.reset(c)
+    assert bmc.docs[SYSTEM]["Boot"]["HttpBootUri"] == URI
+    assert bmc.docs[SYSTEM]["Boot"]["BootSourceOverrideTarget"] == "UefiHttp"
+
+
+def test_a_settings_object_that_refuses_boot_sends_it_to_the_system(tmp_path, mock_redfish_bmc):
+    """A settings object that does not take Boot (400 PropertyUnknown): Boot
+    goes to the system, and from then on straight there."""
+    bmc = _with_settings_object(mock_redfish_bmc("Contoso"))
+    bmc.refuse[("PATCH", "/Settings")] = (
+        400, "Base.1.8.PropertyUnknown",
+        "The property Boot is not in the list of valid properties for the resource.")
+    c = client(tmp_path, bmc)
+    c.set_boot_override("UefiHttp", "Once", "UEFI", URI)
+    assert bmc.docs[SYSTEM]["Boot"]["HttpBootUri"] == URI
+    c.clear_boot_override()
+    assert [p for m, p, _ in bmc.log if m == "PATCH"] == [
+        SYSTEM + "/Settings", SYSTEM, SYSTEM]
+    assert bmc.docs[SYSTEM]["Boot"]["BootSourceOverrideEnabled"] == "Disabled"

@@ -120,13 +120,11 @@ def test_idrac10_slot_2_refused_slot_1_used(services, vendor_bmc):
 
 #: (vendor, interface) -> requests of validate, prepare and activate of a
 #: machine whose system is named: no more than the bare sushy script of
-#: benchmarks/redfish_vendors.py makes for the same migration (in the comment),
-#: save on iDRAC10's URL boot: the If-Match read of Bios/Settings and the
-#: PATCH of the system's Boot it refuses as read-only, which the script is told
+#: benchmarks/redfish_vendors.py makes for the same migration (in the comment)
 REQUESTS = {("dell-idrac9", HTTP): 9,            # bare script 9
             ("dell-idrac9", VMEDIA): 12,         # 13
-            ("dell-idrac10", HTTP): 11,          # 10
-            ("dell-idrac10", VMEDIA): 14,        # 14
+            ("dell-idrac10", HTTP): 10,          # 10
+            ("dell-idrac10", VMEDIA): 13,        # 14
             ("hpe-ilo5", HTTP): 9,               # 10
             ("supermicro-x11", VMEDIA): 11,      # 13
             ("supermicro-x12", VMEDIA): 10,      # 11
