@@ -316,7 +316,7 @@ def insert_evidence(conn, rows, with_ids=False):
 
 def _insert_evidence_sqlite(conn, rows):
     """A boot storm's evidence by an executemany of the driver
-    (:func:`driver_insert.insert_rows`), its values bound once per distinct
+    (:func:`driver_insert.statement`), its values bound once per distinct
     time and data: SQLAlchemy's executemany would bind every row's."""
     sql, binders = driver_insert.statement(_EVIDENCE, EVIDENCE_COLUMNS, conn.dialect)
     # a batch's rows mostly share their time and their data (None): each such
@@ -337,8 +337,8 @@ def _insert_evidence_sqlite(conn, rows):
             else:
                 value = bind(value)
             one.append(value)
-        values.append(one)
-    driver_insert.insert_rows(conn, sql, values)
+        values.append(tuple(one))
+    conn.exec_driver_sql(sql, values)
 
 
 def log_evidence(evidence_id, row):

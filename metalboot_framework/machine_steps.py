@@ -157,8 +157,6 @@ REFILLING = (Step.DONE.value, Step.VALID.value, Step.SKIPPED.value)
 FORWARD_MOVES = {t.old.value: t for t in TRANSITIONS
                  if t.old.value in RUNNABLE and t.new.value in IN_FLIGHT + (Step.DONE.value,)
                  and t.new != Step.ROLLING_BACK}
-#: the step each working step moves forward to
-FORWARD = {old: t.new.value for old, t in FORWARD_MOVES.items()}
 
 
 def plugin_call(move):

@@ -66,7 +66,7 @@ def insert_events(conn, units):
 
 def _insert_events_sqlite(conn, pending):
     """SQLite: ids from here on the newest, and one executemany of the driver
-    (:func:`driver_insert.insert_rows`).
+    (:func:`driver_insert.statement`).
 
     SQLAlchemy can only return SQLite's ids in the rows' order by inserting them
     one statement at a time (most of a step's cost to the group commit). Every
@@ -82,7 +82,7 @@ def _insert_events_sqlite(conn, pending):
         ev.id = first + n
         rows.append(tuple(bind(getattr(ev, name)) if bind else getattr(ev, name)
                           for name, bind in binders))
-    driver_insert.insert_rows(conn, sql, rows)
+    conn.exec_driver_sql(sql, rows)
 
 
 class Transactions:

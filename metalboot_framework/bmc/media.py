@@ -90,8 +90,8 @@ def _collection_paths(client, conn):
             found.append(path)
     if not found:
         raise BmcUnsupported(
-            f"{client.where}: neither "
-            f"the system nor its managers have a VirtualMedia collection",
+            f"{client.where}: neither the system nor its managers have a VirtualMedia "
+            f"collection",
             address=client.address, system=client.system_label, operation="VirtualMedia")
     paths = tuple(found)
     client.learn(conn, "virtual media", paths)
@@ -191,8 +191,8 @@ def eject(client, device):
                                  etag=device.document.etag if device.document else None)
         else:
             raise BmcUnsupported(
-                f"{client.where}: "
-                f"VirtualMedia {device.id} has no EjectMedia action", address=client.address,
+                f"{client.where}: VirtualMedia {device.id} has no EjectMedia action",
+                address=client.address,
                 system=client.system_label, operation=operation)
     _send(client, operation, device, send)
     after = read_device(client, device)
@@ -250,8 +250,7 @@ def _insert_one(client, device, image_url):
         after = read_device(client, device)
         if not after.holds(image_url):
             raise BmcError(
-                f"{client.where}: "
-                f"{operation}: {unknown}; {device.id} does not hold the image "
+                f"{client.where}: {operation}: {unknown}; {device.id} does not hold the image "
                 f"(Image={after.image}, Inserted={after.inserted}); not sent again",
                 address=client.address, system=client.system_label, operation=operation)
 
@@ -275,9 +274,9 @@ def insert_cd(client, image_url, found=None):
     cds.sort(key=lambda d: d.id not in first)
     if not cds:
         raise BmcUnsupported(
-            f"{client.where}: no "
-            f"VirtualMedia device takes a CD or DVD with InsertMedia (devices: "
-            f"{', '.join(d.describe() for d in found) or 'none'})", address=client.address,
+            f"{client.where}: no VirtualMedia device takes a CD or DVD with InsertMedia "
+            f"(devices: {', '.join(d.describe() for d in found) or 'none'})",
+            address=client.address,
             system=client.system_label, operation="VirtualMedia.InsertMedia")
     refusals = []
     for device in cds:

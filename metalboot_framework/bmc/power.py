@@ -68,9 +68,8 @@ def _action_info_values(client, conn, path):
     values = next((p.get("AllowableValues") for p in info.get("Parameters") or []
                    if isinstance(p, dict) and p.get("Name") == "ResetType"), None)
     if not values:
-        LOG.warning("BMC %s system %s: ComputerSystem.Reset's ActionInfo %s names no "
-                    "ResetType values; trying them all", client.address,
-                    client.system_label, path)
+        LOG.warning("%s: ComputerSystem.Reset's ActionInfo %s names no ResetType "
+                    "values; trying them all", client.where, path)
         values = [kind.value for kind in ResetType]
     values = tuple(values)
     client.learn(conn, "reset types", values)

@@ -1,4 +1,5 @@
-"""INSERTs run through the DB-API driver with the values SQLAlchemy would bind.
+"""INSERTs run through the DB-API driver with the values SQLAlchemy would bind:
+``conn.exec_driver_sql(sql, rows)``, rows given in the order of ``sql``'s values.
 
 For the hot paths where SQLAlchemy's own executemany costs more than the
 writes (SQLite: it returns ids in order only one statement at a time). Each
@@ -17,10 +18,3 @@ def statement(table, columns, dialect):
     return str(compiled), tuple(
         (name, table.c[name].type.dialect_impl(dialect).bind_processor(dialect))
         for name in compiled.positiontup)
-
-
-def insert_rows(conn, sql, rows):
-    """``rows`` (sequences of values in the order of ``sql``'s, an INSERT of
-    one row) by one executemany of the driver."""
-    if rows:
-        conn.exec_driver_sql(sql, [tuple(row) for row in rows])

@@ -20,8 +20,9 @@ def test_groups_are_consistent():
     assert not set(machine_steps.ACTIVE) & set(machine_steps.FINISHED)
     assert set(machine_steps.SUCCEEDED) | set(machine_steps.FAILED) < set(machine_steps.FINISHED)
     assert set(machine_steps.RUNNABLE) == set(machine_steps.IN_FLIGHT) - {"awaiting_boot"}
-    assert machine_steps.FORWARD == {"validating": "preparing", "preparing": "activating",
-                           "activating": "awaiting_boot", "verifying": "done"}
+    forward = {old: t.new.value for old, t in machine_steps.FORWARD_MOVES.items()}
+    assert forward == {"validating": "preparing", "preparing": "activating",
+                       "activating": "awaiting_boot", "verifying": "done"}
 
 
 def test_the_runner_makes_each_forward_call_the_table_names():

@@ -51,11 +51,14 @@ def plugin(services, interface):
     return services.interfaces.get(interface)
 
 
-def activated(services, vendor_bmc, vendor, interface, boot=None):
+def activated(services, vendor_bmc, vendor, interface, boot=None, before=None):
     """(mock BMC, task, interface) after validate, prepare and activate of a
-    machine on ``vendor``'s BMC, set up for UEFI (and ``boot`` set in its Boot)."""
+    machine on ``vendor``'s BMC, set up for UEFI (and ``boot`` set in its Boot,
+    and ``before(bmc)`` called first)."""
     bmc = vendor_bmc(vendor, uefi=True)
     bmc.boot.update(boot or {})
+    if before is not None:
+        before(bmc)
     svc = services()
     task = task_for(svc, bmc, interface)
     iface = plugin(svc, interface)
@@ -229,15 +232,12 @@ def test_an_image_left_with_inserted_false_is_no_media(services, vendor_bmc):
     """Where a BMC leaves Image set after an eject with Inserted false
     (reported of Supermicro), Inserted decides: the stale image is not ejected
     again, the eject of ours is done, and the next insert goes ahead."""
-    bmc = vendor_bmc("supermicro-x11", uefi=True)
-    bmc.device("CD1").update(Image="http://other/old.iso", Inserted=False)
-    bmc.eject_keeps_image = True
-    svc = services()
-    task = task_for(svc, bmc, VMEDIA)
-    iface = plugin(svc, VMEDIA)
-    iface.validate(task)
-    iface.prepare(task)
-    iface.activate(task)
+    def stale_image(bmc):
+        bmc.device("CD1").update(Image="http://other/old.iso", Inserted=False)
+        bmc.eject_keeps_image = True
+
+    bmc, task, iface = activated(services, vendor_bmc, "supermicro-x11", VMEDIA,
+                                 before=stale_image)
     cd = "/redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia."
     iso = bmc.device("CD1")["Image"]
     assert iso != "http://other/old.iso" and bmc.device("CD1")["Inserted"]
