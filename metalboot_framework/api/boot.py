@@ -41,12 +41,35 @@ def _incoming():
     return Incoming(request.method, request.headers, request.remote_addr)
 
 
+CHUNK = 256 * 1024
+
+
 def _file_span(opened, start, stop):
     """The bytes [start, stop) of an opened file, in chunks."""
     while start < stop:
-        count = min(stop - start, 256 * 1024)
+        count = min(stop - start, CHUNK)
         yield boot_endpoints.read_span(opened, start, count)
         start += count
+
+
+def _body(reply):
+    """The body of ``reply`` for the WSGI server, and whether it is the
+    server's own file wrapper (to be passed through untouched).
+
+    A span that runs to the end of its file goes to the server's
+    ``wsgi.file_wrapper`` where it has one: waitress then sends the file from
+    where it stands, no more than the Content-Length, instead of spooling
+    every answer over 1 MB (an ISO) to a temporary file first. A span that
+    ends before the file does stays a generator: a file wrapper sends to the
+    end of the file unless the server stops at the Content-Length, which
+    PEP 3333 asks of servers but not every one does."""
+    if reply.opened is None:
+        return reply.body, False
+    wrapper = request.environ.get("wsgi.file_wrapper")
+    if wrapper is None or reply.stop != reply.opened.stat.st_size:
+        return _file_span(reply.opened, reply.start, reply.stop), False
+    reply.opened.file.seek(reply.start)
+    return wrapper(reply.opened.file, CHUNK), True
 
 
 def _serve(answer, reply_of):
@@ -55,9 +78,9 @@ def _serve(answer, reply_of):
     when the response is."""
     try:
         reply = reply_of()
-        body = _file_span(reply.opened, reply.start, reply.stop) \
-            if reply.opened is not None else reply.body
-        response = Response(body, status=reply.status, headers=reply.headers)
+        body, passthrough = _body(reply)
+        response = Response(body, status=reply.status, headers=reply.headers,
+                            direct_passthrough=passthrough)
         if not any(name == "Content-Type" for name, _ in reply.headers):
             del response.headers["Content-Type"]  # not Flask's default: as sent
         if reply.status != 304:
