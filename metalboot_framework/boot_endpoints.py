@@ -146,6 +146,10 @@ class ShortFile(Exception):
                          f"{count}: the file changed since it was opened")
 
 
+#: the bytes of a file artifact read and sent at a time, by both servers
+FILE_CHUNK = 256 * 1024
+
+
 def read_span(opened, offset, count):
     """``count`` bytes of ``opened`` at ``offset``; ShortFile if the file has fewer."""
     data = os.pread(opened.file.fileno(), count, offset)

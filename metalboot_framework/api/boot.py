@@ -41,13 +41,10 @@ def _incoming():
     return Incoming(request.method, request.headers, request.remote_addr)
 
 
-CHUNK = 256 * 1024
-
-
 def _file_span(opened, start, stop):
     """The bytes [start, stop) of an opened file, in chunks."""
     while start < stop:
-        count = min(stop - start, CHUNK)
+        count = min(stop - start, boot_endpoints.FILE_CHUNK)
         yield boot_endpoints.read_span(opened, start, count)
         start += count
 
@@ -69,7 +66,7 @@ def _body(reply):
     if wrapper is None or reply.stop != reply.opened.stat.st_size:
         return _file_span(reply.opened, reply.start, reply.stop), False
     reply.opened.file.seek(reply.start)
-    return wrapper(reply.opened.file, CHUNK), True
+    return wrapper(reply.opened.file, boot_endpoints.FILE_CHUNK), True
 
 
 def _serve(answer, reply_of):

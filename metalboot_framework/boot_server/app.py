@@ -68,8 +68,6 @@ class RequestTooLarge(Exception):
 class BootServer:
     """The RSGI application and what it keeps between requests."""
 
-    FILE_CHUNK = 256 * 1024
-
     def __init__(self, services, opts, max_body_size):
         self.services = services
         self.opts = opts
@@ -142,14 +140,14 @@ class BootServer:
             proto.response_bytes(reply.status, headers, b"" if head else reply.body)
             return
         offset, count = reply.start, reply.length
-        if count <= self.FILE_CHUNK:  # one read, one send (a machine's 256 KiB range)
+        if count <= boot_endpoints.FILE_CHUNK:  # one read, one send (a 256 KiB range)
             proto.response_bytes(reply.status, headers,
                                  boot_endpoints.read_span(reply.opened, offset, count))
             return
         fd = reply.opened.file.fileno()
         stream = proto.response_stream(reply.status, headers)
         while count:
-            chunk = os.pread(fd, min(count, self.FILE_CHUNK), offset)
+            chunk = os.pread(fd, min(count, boot_endpoints.FILE_CHUNK), offset)
             if not chunk:
                 raise ConnectionResetError("the file is shorter than it was")
             await stream.send_bytes(chunk)
