@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, func, select, update
 from metalboot_framework import inventory
 from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_steps import Step
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.timestamps import iso
@@ -103,7 +104,7 @@ def create(services, body):
             busy = m.state == "migrating" and not dry_run
             rows.append({"migration_id": migration_id, "machine_id": m.id,
                          "position": position, "source_boot_interface": m.boot_interface,
-                         "state": "skipped" if reason else "queued", "attempt": 0,
+                         "state": Step.SKIPPED if reason else Step.QUEUED, "attempt": 0,
                          "last_error": reason, "canary": False, "updated_at": now,
                          "finished_at": now if reason else None})
             if not reason and not busy:
@@ -111,7 +112,7 @@ def create(services, body):
         busy = [m.id for m in machines if m.state == "migrating"] if not dry_run else []
         if busy:
             raise _busy_conflict(s, busy)
-        queued = [r for r in rows if r["state"] == "queued"]
+        queued = [r for r in rows if r["state"] == Step.QUEUED]
         if not queued:
             reasons = sorted({r["last_error"] for r in rows})
             raise InvalidInput("no selected machine can be migrated: " + "; ".join(reasons),

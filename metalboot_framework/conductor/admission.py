@@ -18,31 +18,32 @@ from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_steps import Step
 from metalboot_framework.store import models
 
 _MMT = models.MigrationMachine.__table__
 _MIGRATIONS = models.Migration.__table__
 
 # Machine steps that count against the failure budget.
-FAILING = ("rolling_back",) + machine_steps.FAILED
+FAILING = (Step.ROLLING_BACK,) + machine_steps.FAILED
 
 # A tick's view of a migration: counts of the steps that are few (under way,
 # failed), read through the (migration_id, state) index, and whether machines
 # are still queued -- never a count over all of them, which grows with the fleet.
-_TALLIED = tuple(dict.fromkeys(machine_steps.IN_FLIGHT + machine_steps.FAILED + ("cancelled",)))
+_TALLIED = tuple(dict.fromkeys(machine_steps.IN_FLIGHT + machine_steps.FAILED + (Step.CANCELLED,)))
 _TALLY = select(_MMT.c.state, _MMT.c.canary, func.count()).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state.in_(_TALLIED)) \
     .group_by(_MMT.c.state, _MMT.c.canary)
 # Canaries are the first queued machines and start first: the first queued one
 # tells whether any (canary) machine is still queued.
 _FIRST_QUEUED = select(_MMT.c.canary).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued") \
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == Step.QUEUED) \
     .order_by(_MMT.c.position).limit(1)
 _MACHINES = models.Machine.__table__
 # Queued machines nobody holds, in queue order.
 _QUEUED = select(_MMT.c.machine_id, _MMT.c.canary) \
     .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == Step.QUEUED,
     _MACHINES.c.reservation.is_(None)) \
     .order_by(_MMT.c.position).limit(bindparam("n"))
 _CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
@@ -69,13 +70,13 @@ def tally(conn, migration_id):
     counts = {(state, bool(canary)): n for state, canary, n in conn.execute(_TALLY, params)}
     first = conn.execute(_FIRST_QUEUED, params).first()
     if first is not None:
-        counts[("queued", bool(first.canary))] = 1
+        counts[(Step.QUEUED, bool(first.canary))] = 1
     return counts
 
 
 def queued(counts):
     """Whether machines are still queued."""
-    return any(n for (state, _), n in counts.items() if state == "queued")
+    return any(n for (state, _), n in counts.items() if state == Step.QUEUED)
 
 
 def in_flight(counts):

@@ -39,6 +39,7 @@ from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
+from metalboot_framework.machine_steps import Step
 from metalboot_framework.store import models
 from metalboot_framework.store.many_rows import chunks
 from metalboot_framework.task import BootTask
@@ -149,9 +150,9 @@ class EvidenceWatcher:
             return None
         if ended is _TIMED_OUT:
             error = no_evidence_error(job.target, timeout)
-            return "rolling_back", error, error, None
+            return Step.ROLLING_BACK, error, error, None
         metrics.observe_boot_evidence(job.target, job.activated_at, ended.created_at)
-        return "verifying", evidence_reason(ended), None, ended.id
+        return Step.VERIFYING, evidence_reason(ended), None, ended.id
 
     @staticmethod
     def _resolve(ended):

@@ -26,6 +26,7 @@ from sqlalchemy import select, update
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_steps import Step
 from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.enrolment import Enroller
@@ -383,17 +384,17 @@ class Conductor:
             self.evidence.wake(migration.id)
         with self.services.db.read() as s:
             queued = s.scalars(select(MM.machine_id).where(
-                MM.migration_id == migration.id, MM.state == "queued")).all()
+                MM.migration_id == migration.id, MM.state == Step.QUEUED)).all()
             waiting = s.scalars(select(MM.machine_id).join(
                 models.Machine, models.Machine.id == MM.machine_id).where(
-                MM.migration_id == migration.id, MM.state == "awaiting_boot",
+                MM.migration_id == migration.id, MM.state == Step.AWAITING_BOOT,
                 models.Machine.reservation.is_(None))).all()
         for machine_id in queued:
-            self.runner.transition(migration.id, machine_id, "queued", "cancelled", reason)
+            self.runner.transition(migration.id, machine_id, Step.QUEUED, Step.CANCELLED, reason)
         if migration.state == states.CANCELLING:
             for machine_id in waiting:
-                if self.runner.transition(migration.id, machine_id, "awaiting_boot",
-                                          "rolling_back", reason, error=reason):
+                if self.runner.transition(migration.id, machine_id, Step.AWAITING_BOOT,
+                                          Step.ROLLING_BACK, reason, error=reason):
                     self._submit(migration.id, machine_id)
 
     def _close_if_finished(self, migration):

@@ -22,6 +22,7 @@ from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_steps import Step
 from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.plugin_call import acall_step
 from metalboot_framework.migrations import MM
@@ -88,12 +89,12 @@ _SKIPPED_CANARIES = select(_MMT.c.machine_id).where(
 # same machine: the rows chosen are locked, and those another one chose skipped
 # (PostgreSQL; on SQLite the write transaction is alone anyway).
 _NEXT_CANARIES = select(_MMT.c.machine_id).where(
-    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == "queued",
+    _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == Step.QUEUED,
     _MMT.c.canary.is_(False)).order_by(_MMT.c.position).limit(bindparam("n")) \
     .with_for_update(skip_locked=True)
 _MAKE_CANARIES = update(_MMT).where(_MMT.c.migration_id == bindparam("mig"),
                                     _MMT.c.machine_id.in_(_mids),
-                                    _MMT.c.state == "queued",
+                                    _MMT.c.state == Step.QUEUED,
                                     _MMT.c.canary.is_(False)).values(canary=True) \
     .returning(_MMT.c.machine_id)
 _TRANSITIONS = {}
@@ -111,9 +112,9 @@ def _transition_stmt(keys):
     return stmt
 
 
-DONE_MESSAGES = {"validating": "{target} validated the machine",
-                 "preparing": "{target} prepared", "activating": "{target} activated",
-                 "verifying": "booted through {target}; {source} cleaned up"}
+DONE_MESSAGES = {Step.VALIDATING: "{target} validated the machine",
+                 Step.PREPARING: "{target} prepared", Step.ACTIVATING: "{target} activated",
+                 Step.VERIFYING: "booted through {target}; {source} cleaned up"}
 
 
 @dataclasses.dataclass
@@ -192,7 +193,7 @@ class Job:
 def _starts(migration_id, rows, options, freed_by=None):
     """queued -> validating transitions of ``rows`` ([(machine id, canary)]);
     ``freed_by``: the machine whose slot the k-th one takes, if any."""
-    return [Transition(migration_id, machine_id, "queued", "validating",
+    return [Transition(migration_id, machine_id, Step.QUEUED, Step.VALIDATING,
                        "started" + (" (canary)" if canary else "")
                        + (f" in the slot {freed_by[k]} freed" if freed_by else ""),
                        options=options)
@@ -305,7 +306,7 @@ class StepRunner:
             if job is None:
                 return None
             job.resumed = True
-            job.maybe_activated = job.state == "preparing" and job.activated_at is None
+            job.maybe_activated = job.state == Step.PREPARING and job.activated_at is None
         try:
             while True:
                 started = time.monotonic()
@@ -348,15 +349,15 @@ class StepRunner:
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
-        if job.state != "rolling_back" and cancelling \
+        if job.state != Step.ROLLING_BACK and cancelling \
                 and not job.options.get("dry_run"):
-            return await self._finish(job, "rolling_back", "migration cancelled",
+            return await self._finish(job, Step.ROLLING_BACK, "migration cancelled",
                                       error="migration cancelled")
         if job.options.get("dry_run"):
             return await self._dry_run(job)
-        if job.state == "rolling_back":
+        if job.state == Step.ROLLING_BACK:
             return await self._roll_back(job)
-        if job.state == "awaiting_boot":
+        if job.state == Step.AWAITING_BOOT:
             return await self._await_boot(job)
         return await self._forward(job)
 
@@ -374,9 +375,9 @@ class StepRunner:
             job.boot_deadline = time.monotonic() + timeout
         ended = await self.evidence.await_boot(job, job.boot_deadline, timeout)
         if ended is None:
-            return None if self.stopping else "awaiting_boot"
+            return None if self.stopping else Step.AWAITING_BOOT
         new, reason, error, evidence_id = ended
-        if new == "verifying":
+        if new == Step.VERIFYING:
             if not await self._settle(job):  # the move to awaiting_boot (committed by now)
                 return None
             return self._finish_later(job, new, reason, evidence_id=evidence_id)
@@ -407,7 +408,7 @@ class StepRunner:
         queued before (:meth:`_settle`): a machine's moves commit in order."""
         release = new not in machine_steps.IN_FLIGHT
         activated_at = None
-        if new == "activating":
+        if new == Step.ACTIVATING:
             # evidence counts from now, before activate may reset the machine
             activated_at = job.activated_at = job.activated_at or models.utcnow()
         job.pending = self.services.transactions.write_batched_later(self._apply_batch, Transition(
@@ -429,7 +430,7 @@ class StepRunner:
         if not await self._settle(job):
             return None  # its queued move found the machine moved by someone else
         activated_at = None
-        if new == "rolling_back" and job.activated_at is None and job.maybe_activated:
+        if new == Step.ROLLING_BACK and job.activated_at is None and job.maybe_activated:
             # persisted, so that a rollback resumed after another crash resets too
             activated_at = job.activated_at = models.utcnow()
         committed = await self.services.transactions.awrite_batched(self._apply_batch, Transition(
@@ -450,7 +451,7 @@ class StepRunner:
 
     async def _dry_run(self, job):
         error = await self._call(job, job.target, "validate")
-        return await self._finish(job, "invalid" if error else "valid",
+        return await self._finish(job, Step.INVALID if error else Step.VALID,
                                   error or "valid for " + job.target, error=error)
 
     async def _forward(self, job):
@@ -459,11 +460,11 @@ class StepRunner:
         call rolls back."""
         state, source, target = job.state, job.source, job.target
         move = machine_steps.FORWARD_MOVES[state]
-        if state == "validating":
+        if state == Step.VALIDATING:
             vetoes = await self._vetoes(job.migration_id, job.machine_id)
             if vetoes:
                 # resumed, it may have been prepared: rolled back, not skipped
-                return await self._finish(job, "rolling_back" if job.resumed else "skipped",
+                return await self._finish(job, Step.ROLLING_BACK if job.resumed else Step.SKIPPED,
                                           "vetoed: " + "; ".join(vetoes),
                                           error="veto: " + "; ".join(vetoes))
         role, step = machine_steps.plugin_call(move)
@@ -472,14 +473,14 @@ class StepRunner:
             stale = self._stale_interface(job)
             if stale:
                 error = await self._call(job, stale, "clean_up")
-        if error and state == "validating" and not job.resumed:
+        if error and state == Step.VALIDATING and not job.resumed:
             # validate changes nothing (the contract), so nothing is rolled back:
             # the target's clean_up would only talk again to the BMC or DHCP server
             # that validation may have found broken, and fail the machine for nothing.
             # (A resumed machine may have been prepared: it is rolled back.)
-            return await self._finish(job, "rolled_back", error, error=error)
+            return await self._finish(job, Step.ROLLED_BACK, error, error=error)
         if error:
-            return await self._finish(job, "rolling_back", error, error=error)
+            return await self._finish(job, Step.ROLLING_BACK, error, error=error)
         message = DONE_MESSAGES[state].format(source=source, target=target)
         if move.commit is machine_steps.Commit.QUEUED:
             if not await self._settle(job):  # the move before (committed by now)
@@ -503,10 +504,10 @@ class StepRunner:
             error = await self._call(job, interface, step)
             if error:
                 return await self._finish(
-                    job, "rollback_failed",
+                    job, Step.ROLLBACK_FAILED,
                     f"rollback failed: {error}; the machine needs an operator",
                     error=f"rollback failed: {error}")
-        return await self._finish(job, "rolled_back", f"rolled back to {job.source}" + (
+        return await self._finish(job, Step.ROLLED_BACK, f"rolled back to {job.source}" + (
             "" if job.activated_at else " (it had not been reset)"))
 
     def _stale_interface(self, job):
@@ -612,7 +613,7 @@ class StepRunner:
             seen.add((t.migration_id, t.machine_id, t.old))
             key = (t.migration_id, t.old, t.new, t.release, t.error, t.evidence_id is None,
                    t.activated_at is None)
-            if t.new == "done" and t.names is None:
+            if t.new == Step.DONE and t.names is None:
                 t.names = tuple(conn.execute(_MM_NAMES, {"mig": t.migration_id,
                                                          "mid": t.machine_id}).first())
             groups.setdefault(key, []).append(index)
@@ -629,8 +630,8 @@ class StepRunner:
             moved_ids = set(changed(conn, stmt, dict(params, new=new), ids, _MOVED))
             if release:
                 # a machine moved to done is released by its switch (_after)
-                machine_lock.release(conn, [m for m in ids if new != "done" or m not in moved_ids],
-                                     self.host)
+                released = [m for m in ids if new != Step.DONE or m not in moved_ids]
+                machine_lock.release(conn, released, self.host)
             moved = [i for i in indexes if transitions[i].machine_id in moved_ids]
             if moved and first.evidence_id is not None:
                 conn.execute(_EVIDENCE, [{"mig": migration_id, "mid": transitions[i].machine_id,
@@ -639,7 +640,7 @@ class StepRunner:
             if moved:
                 self._after(conn, [transitions[i] for i in moved], params)
             replaced = self._replace_canaries(conn, migration_id, [
-                transitions[i].machine_id for i in moved]) if new == "skipped" else {}
+                transitions[i].machine_id for i in moved]) if new == Step.SKIPPED else {}
             for i in moved:
                 t = transitions[i]
                 results[i] = self._record(units[i], t)
@@ -676,13 +677,13 @@ class StepRunner:
         values = {"state": t.new, "updated_at": now}
         if t.error is not None:
             values["last_error"] = t.error
-        if t.old == "queued" and t.new == "validating":
+        if t.old == Step.QUEUED and t.new == Step.VALIDATING:
             values["started_at"] = now
             values["attempt"] = 1
-        if t.new == "activating" or t.activated_at is not None:
+        if t.new == Step.ACTIVATING or t.activated_at is not None:
             # Evidence counts from the moment activation may begin.
             values["activated_at"] = t.activated_at or now
-        if t.new == "awaiting_boot":
+        if t.new == Step.AWAITING_BOOT:
             values["deadline"] = now + datetime.timedelta(seconds=self._boot_timeout(
                 t.migration_id, t.options))
         if t.new in machine_steps.FINISHED:
@@ -693,7 +694,7 @@ class StepRunner:
         """What a move means for the machines themselves (``moved``: one kind of move)."""
         old, new = moved[0].old, moved[0].new
         ids = [t.machine_id for t in moved]
-        if new == "done":
+        if new == Step.DONE:
             by_target = {}
             for t in moved:
                 by_target.setdefault(t.names[1], []).append(t.machine_id)
@@ -702,10 +703,10 @@ class StepRunner:
                     conn.execute(_SWITCH, dict(params, target=target, mids=chunk))
         elif new in machine_steps.AT_REST:
             for machine_id in ids:
-                if old == "rolling_back":
+                if old == Step.ROLLING_BACK:
                     conn.execute(_SOURCE_PREPARED, dict(params, mid=machine_id))
                 conn.execute(_BACK_TO_REST, dict(params, mid=machine_id))
-        elif new == "rollback_failed":
+        elif new == Step.ROLLBACK_FAILED:
             for machine_id in ids:
                 conn.execute(_TO_ERROR, dict(params, mid=machine_id,
                                              v_last_error=moved[0].error))
@@ -718,7 +719,7 @@ class StepRunner:
                    machine_id=t.machine_id, migration_id=t.migration_id,
                    data={"old": t.old, "new": t.new, "reason": t.reason})
         machine_change = None
-        if t.new == "done":
+        if t.new == Step.DONE:
             source, target = t.names
             unit.event("machine.boot_interface_changed",
                        f"boot interface {source} -> {target} (migration {t.migration_id})",

@@ -6,6 +6,8 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index,
                         Integer, String, Text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from metalboot_framework.machine_steps import Step
+
 
 def utcnow():
     return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
@@ -170,7 +172,7 @@ class MigrationMachine(Base):
     position: Mapped[int] = mapped_column(Integer)
     canary: Mapped[bool] = mapped_column(Boolean, default=False)
     source_boot_interface: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(32), default="queued")
+    state: Mapped[str] = mapped_column(String(32), default=Step.QUEUED)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     activated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
