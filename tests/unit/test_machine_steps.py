@@ -1,5 +1,8 @@
 """The per-machine state machine is one table, and the runner keeps to it."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from metalboot_framework import machine_steps
@@ -61,6 +64,22 @@ def test_api_cli_and_boot_server_take_their_steps_from_the_table():
     assert schemas.MACHINE_STEPS == machine_steps.ALL
     assert cli.STEP_ORDER == machine_steps.ALL
     assert artifacts.BOOTING_STEPS == machine_steps.BOOTING
+
+
+def test_the_dashboard_names_the_tables_steps():
+    """The dashboard is static JavaScript with its own display order of the
+    steps: it must name every step of the table, and only those."""
+    script = (Path(machine_steps.__file__).parent / "api" / "dashboard" /
+              "dashboard.js").read_text()
+
+    def js_list(name):
+        found = re.search(rf"const {name} = \[([^\]]*)\];", script)
+        assert found, f"no {name} list in dashboard.js"
+        return re.findall(r'"([a-z_]+)"', found.group(1))
+
+    order = js_list("ORDER")
+    assert sorted(order) == sorted(machine_steps.ALL)
+    assert set(js_list("FAILED")) == set(machine_steps.FAILED)
 
 
 def test_the_documents_are_generated_from_every_row():
