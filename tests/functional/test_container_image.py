@@ -326,6 +326,10 @@ def test_the_systemd_units_run_the_services_sandboxed(image, tmp_path):
             start_new_session=True)
         api = f"http://127.0.0.1:{api_port}"
         wait_http(f"{api}/v1", nspawn, tmp_path, "nspawn")
+        # the fake machine fetches its boot URL once, right after activation:
+        # the boot server must be listening by then
+        wait_http(f"http://127.0.0.1:{boot_port}/boot/mac/52:54:00:00:00:01/fake/boot.ipxe",
+                  nspawn, tmp_path, "nspawn", status=404)
         services = service_processes(nspawn.pid)
         assert set(services) == {"metalboot-api", "metalboot-conductor",
                                  "metalboot-boot-server"}, services
