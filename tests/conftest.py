@@ -26,6 +26,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def hook_plugin_site(site, module, source):
+    """A directory that, on PYTHONPATH, installs ``source`` as the hook plugin
+    ``module`` (a distribution with a metalboot.hooks entry point)."""
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[metalboot.hooks]\n{module} = {module}\n")
+    (site / f"{module}.py").write_text(source)
+    return site
+
+
 # METALBOOT_TEST_DB=postgresql runs every test that uses a database on a real
 # PostgreSQL server (started once per run) instead of SQLite files.
 USE_POSTGRES = os.environ.get("METALBOOT_TEST_DB") == "postgresql"
