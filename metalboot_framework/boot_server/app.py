@@ -280,7 +280,10 @@ class BootServer:
         reason = self.cache.unavailable(partition_id)
         if reason is not None:
             return _unavailable_reply(reason)
-        answer = await self.cache.partition_artifacts.get((partition_id, interface, name))
+        try:
+            answer = await self.cache.partition_artifacts.get((partition_id, interface, name))
+        except MetalbootError as exc:
+            return boot_endpoints.metalboot_error_reply(exc)
         if answer is None:
             return boot_endpoints.metalboot_error_reply(artifacts.not_found())
         try:
