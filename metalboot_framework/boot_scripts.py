@@ -27,8 +27,9 @@ class BootScripts:
         """The script ``machine`` is served for ``interface`` with ``token``."""
         template = self.templates.get_template(self.conf.artifacts.boot_script_template)
         script = template.render(machine=machine, partition=partition, interface=interface,
-                                 token=token, report_url=self.urls.report_url(machine.id),
-                                 public_url=self.urls.public_url)
+                                 token=token,
+                                 report_url=self.urls.report_url(machine.id, partition),
+                                 public_url=self.urls.base_url(partition))
         if not self.hooks.has("metalboot_amend_boot_script"):
             return script
         return self.hooks.amend_boot_script(script, machine=machine, partition=partition,

@@ -1,7 +1,9 @@
 """The URLs a booting machine, a BMC or a boot script is given.
 
-Every URL starts with the API's public address (``[api] public_url``, else
-``http://host_ip:port``), read from the configuration each time.
+Every URL starts with the base URL of the machine's partition: its boot
+agents' address (the partition's ``boot_url``) where it has one, else the
+API's public address (``[api] public_url``, else ``http://host_ip:port``),
+read from the configuration each time.
 """
 
 
@@ -20,13 +22,19 @@ class BootUrls:
             host = f"[{host}]"
         return f"http://{host}:{self.conf.api.port}"
 
-    def artifact_url(self, machine_id, interface, token, name):
-        return f"{self.public_url}/boot/{machine_id}/{interface}/{token}/{name}"
+    def base_url(self, partition=None):
+        """Where the machines of ``partition`` (a PartitionInfo, or None) boot
+        from: its ``boot_url``, else :attr:`public_url`."""
+        boot_url = getattr(partition, "boot_url", None)
+        return boot_url.rstrip("/") if boot_url else self.public_url
 
-    def partition_artifact_url(self, partition_id, interface, name):
-        return f"{self.public_url}/boot/partitions/{partition_id}/{interface}/{name}"
+    def artifact_url(self, machine_id, interface, token, name, partition=None):
+        return f"{self.base_url(partition)}/boot/{machine_id}/{interface}/{token}/{name}"
 
-    def mac_boot_script_url(self, interface, mac_variable="${net0/mac}"):
+    def partition_artifact_url(self, partition_id, interface, name, partition=None):
+        return f"{self.base_url(partition)}/boot/partitions/{partition_id}/{interface}/{name}"
+
+    def mac_boot_script_url(self, interface, mac_variable="${net0/mac}", partition=None):
         """URL of boot.ipxe looked up by MAC, for scripts shared by a partition.
 
         ``mac_variable`` is left for iPXE to expand. The server answers only for
@@ -35,7 +43,7 @@ class BootUrls:
         when it comes from an address bound to the machine
         (:mod:`metalboot_framework.address_binding`), else it is unverified.
         """
-        return f"{self.public_url}/boot/mac/{mac_variable}/{interface}/boot.ipxe"
+        return f"{self.base_url(partition)}/boot/mac/{mac_variable}/{interface}/boot.ipxe"
 
-    def report_url(self, machine_id):
-        return f"{self.public_url}/v1/machines/{machine_id}/boot-report"
+    def report_url(self, machine_id, partition=None):
+        return f"{self.base_url(partition)}/v1/machines/{machine_id}/boot-report"

@@ -34,6 +34,11 @@ class NotFound(MetalbootError):
     code = 404
 
 
+class Gone(MetalbootError):
+    """A cursor the server no longer (or not yet) knows: start over."""
+    code = 410
+
+
 class Conflict(MetalbootError):
     """The resource exists already, is locked, or is busy in a migration."""
 

@@ -19,21 +19,32 @@ from metalboot_framework.timestamps import iso
 
 EVENTS = models.Event.__table__
 
-# An arbitrary constant naming the advisory lock of the feed sequencer.
+# Arbitrary constants naming the advisory locks of the sequencers.
 _FEED_LOCK = 0x6D6266  # "mbf"
+BOOT_CHANGES_LOCK = 0x6D6263  # "mbc"
 
-_SEQUENCE = text("""
+_SEQUENCE = """
 WITH final AS (
     SELECT id, row_number() OVER (ORDER BY xid, id) AS n
-    FROM events
+    FROM {table}
     WHERE feed_id IS NULL
       AND xid < (pg_snapshot_xmin(pg_current_snapshot())::text)::bigint
 ), base AS (
-    SELECT COALESCE(MAX(feed_id), 0) AS top FROM events
+    SELECT COALESCE(MAX(feed_id), 0) AS top FROM {table}
 )
-UPDATE events SET feed_id = base.top + final.n
-FROM final, base WHERE events.id = final.id
-""")
+UPDATE {table} SET feed_id = base.top + final.n
+FROM final, base WHERE {table}.id = final.id
+"""
+
+
+def sequence(conn, table, lock):
+    """PostgreSQL: give feed positions to the rows of ``table`` (with ``xid``
+    and ``feed_id`` columns) whose transactions are final, one sequencer at a
+    time (advisory lock ``lock``), in the caller's write transaction. Used by
+    the event feed and by the boot data change feed
+    (:mod:`metalboot_framework.partition_data`)."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock})
+    conn.execute(text(_SEQUENCE.format(table=table)))
 
 
 def read(services, since=0, limit=100, machine_id=None, migration_id=None):
@@ -42,8 +53,7 @@ def read(services, since=0, limit=100, machine_id=None, migration_id=None):
     position = EVENTS.c.feed_id if postgres else EVENTS.c.id
     if postgres:
         with services.db.write_conn() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _FEED_LOCK})
-            conn.execute(_SEQUENCE)
+            sequence(conn, "events", _FEED_LOCK)
     q = select(EVENTS, position.label("position")).where(position > since) \
         .order_by(position).limit(limit)
     if machine_id:

@@ -22,7 +22,8 @@ MIGRATION_FROZEN_FIELDS = frozenset({"boot_interface", "partition", "nics", "boo
 
 # -- partitions ---------------------------------------------------------------
 
-BOOT_FIELDS = ("kernel_url", "initrd_url", "cmdline", "metal_boot_url", "metal_hammer_version")
+BOOT_FIELDS = ("kernel_url", "initrd_url", "cmdline", "metal_boot_url", "metal_hammer_version",
+               "boot_url")
 
 
 def partition_dict(p, machine_count=None):

@@ -77,4 +77,4 @@ def partition_info(p):
     return PartitionInfo(id=p.id, kernel_url=p.kernel_url, initrd_url=p.initrd_url,
                          cmdline=p.cmdline or "", metal_boot_url=p.metal_boot_url,
                          metal_hammer_version=p.metal_hammer_version,
-                         properties=dict(p.properties or {}))
+                         properties=dict(p.properties or {}), boot_url=p.boot_url)

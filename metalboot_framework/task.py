@@ -97,6 +97,9 @@ class PartitionInfo:
     metal_boot_url: Optional[str]
     metal_hammer_version: Optional[str]
     properties: Mapping[str, Any]
+    #: Where the partition's machines fetch what they boot (its boot agents);
+    #: None: the API's ``[api] public_url``.
+    boot_url: Optional[str] = None
 
 
 class BootTask:
@@ -155,7 +158,8 @@ class BootTask:
         """
         interface = interface or self.interface
         return self.services.artifact_url(self.machine.id, interface,
-                                          self.token_for(interface), name)
+                                          self.token_for(interface), name,
+                                          partition=self.partition)
 
     def boot_script(self):
         """The machine's boot.ipxe as it would be served for this interface."""

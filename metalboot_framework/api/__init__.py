@@ -8,15 +8,16 @@ from flask import Flask, g, request
 
 from metalboot_framework import logs
 from metalboot_framework.api import (bearer_tokens, boot, boot_interfaces, dashboard, errors,
-                                     events, machines, metrics, migrations, partitions, root)
+                                     events, machines, metrics, migrations, partition_agents,
+                                     partitions, root)
 from metalboot_framework.exceptions import NotFound
 
 LOG = logging.getLogger(__name__)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, machines.bp, migrations.bp, events.bp,
-              boot.bp, metrics.bp, dashboard.bp)
+BLUEPRINTS = (root.bp, boot_interfaces.bp, partitions.bp, partition_agents.bp, machines.bp,
+              migrations.bp, events.bp, boot.bp, metrics.bp, dashboard.bp)
 
 
 def create_app(services, extra_blueprints=()):

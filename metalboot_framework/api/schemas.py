@@ -6,6 +6,7 @@ the served OpenAPI document).
 """
 
 import collections
+import datetime
 import ipaddress
 import json
 import re
@@ -267,6 +268,10 @@ class BootConfigSchema(StrictSchema):
     metal_boot_url = HttpUrl(allow_none=True,
                              metadata={"description": "Base URL of metal-boot in the partition."})
     metal_hammer_version = fields.String(allow_none=True, validate=grammar(ipxe.VERSION))
+    boot_url = HttpUrl(allow_none=True, metadata={
+        "description": "Where the partition's machines fetch what they boot and post their "
+                       "boot reports: the (anycast) URL of its metalboot-boot-agents. "
+                       "Null: the API's [api] public_url."})
 
 
 class PartitionCreateSchema(StrictSchema):
@@ -289,6 +294,7 @@ class PartitionBootSchema(Schema):
     cmdline = fields.String(**ALWAYS, metadata={"description": "Empty when not set."})
     metal_boot_url = fields.String(allow_none=True, **ALWAYS)
     metal_hammer_version = fields.String(allow_none=True, **ALWAYS)
+    boot_url = fields.String(allow_none=True, **ALWAYS)
 
 
 class PartitionSchema(Schema):
@@ -759,3 +765,116 @@ class FeedQuerySchema(StrictSchema):
     limit = fields.Integer(validate=validate.Range(min=1, max=MAX_PAGE_SIZE))
     machine_id = fields.String(validate=validate.Length(max=64))
     migration_id = fields.String(validate=validate.Length(max=64))
+
+
+# -- partition boot agents ------------------------------------------------------
+
+class AgentTokenCreateSchema(StrictSchema):
+    description = fields.String(validate=validate.Length(max=4096), metadata={
+        "description": "Where the token is used (e.g. the agents' hosts)."})
+
+
+class AgentTokenRotateQuerySchema(StrictSchema):
+    grace = fields.Integer(validate=validate.Range(min=0, max=7 * 86400), load_default=600,
+                           metadata={"description": "Seconds the old token stays valid."})
+
+
+class AgentTokenSchema(Schema):
+    id = fields.String(**ALWAYS)
+    partition = fields.String(**ALWAYS)
+    description = fields.String(**ALWAYS)
+    created_at = Timestamp(**ALWAYS)
+    expires_at = Timestamp(allow_none=True, **ALWAYS, metadata={
+        "description": "Null: valid until revoked (a rotated token expires)."})
+    last_used_at = Timestamp(allow_none=True, **ALWAYS)
+
+
+class AgentTokenCreatedSchema(AgentTokenSchema):
+    token = fields.String(**ALWAYS, metadata={
+        "description": "The token, shown only now: put it in the agents' [agent] token_file."})
+    replaces = fields.String(allow_none=True, **ALWAYS, metadata={
+        "description": "Rotation: the token replaced (null when made anew)."})
+    replaced_expires_at = Timestamp(allow_none=True, **ALWAYS, metadata={
+        "description": "Rotation: when the replaced token stops working."})
+
+
+class AgentTokenListSchema(Schema):
+    agent_tokens = fields.List(fields.Nested(AgentTokenSchema), **ALWAYS)
+
+
+class BootDataPartitionSchema(PartitionBootSchema):
+    id = fields.String(**ALWAYS)
+    properties = fields.Dict(keys=fields.String(), **ALWAYS)
+
+
+class BootDataNicSchema(Schema):
+    mac = fields.String(**ALWAYS)
+    duid = fields.String(allow_none=True, **ALWAYS)
+    ipv4_address = fields.String(allow_none=True, **ALWAYS)
+    ipv6_address = fields.String(allow_none=True, **ALWAYS)
+
+
+class BootDataMachineSchema(Schema):
+    id = fields.String(**ALWAYS)
+    partition_id = fields.String(**ALWAYS)
+    boot_interface = fields.String(**ALWAYS)
+    boot_mode = fields.String(**ALWAYS)
+    state = fields.String(**ALWAYS)
+    properties = fields.Dict(keys=fields.String(), **ALWAYS)
+    token_generation = fields.Integer(**ALWAYS)
+    prepared_interface = fields.String(allow_none=True, **ALWAYS)
+    nics = fields.List(fields.Nested(BootDataNicSchema), **ALWAYS)
+    booting_to = fields.List(fields.String(), **ALWAYS, metadata={
+        "description": "Targets of the migrations booting the machine now."})
+    tokens = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), **ALWAYS,
+                         metadata={"description": "Per enabled interface: the machine's "
+                                   "token and its unbound token."})
+
+
+class BootDataSchema(Schema):
+    partition = fields.Nested(BootDataPartitionSchema, **ALWAYS)
+    interfaces = fields.List(fields.String(), **ALWAYS)
+    machines = fields.List(fields.Nested(BootDataMachineSchema), **ALWAYS)
+    cursor = fields.Integer(**ALWAYS, metadata=INT64)
+    generated_at = Timestamp(**ALWAYS)
+
+
+class BootDataChangesQuerySchema(StrictSchema):
+    since = fields.Integer(required=True, validate=validate.Range(min=0, max=MAX_CURSOR),
+                           metadata=INT64)
+    wait = fields.Float(validate=validate.Range(min=0, max=30), load_default=0.0, metadata={
+        "description": "Seconds to wait for a change (long poll)."})
+
+
+class BootDataChangesSchema(Schema):
+    cursor = fields.Integer(**ALWAYS, metadata=INT64)
+    partition = fields.Nested(BootDataPartitionSchema, allow_none=True, **ALWAYS)
+    machines = fields.List(fields.Nested(BootDataMachineSchema), **ALWAYS)
+    removed = fields.List(fields.String(), **ALWAYS)
+    more = fields.Boolean(**ALWAYS)
+
+
+class EvidenceRecordSchema(StrictSchema):
+    seq = fields.Integer(required=True, validate=validate.Range(min=1, max=MAX_CURSOR),
+                         metadata=INT64)
+    machine_id = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    interface = fields.String(required=True, validate=validate.Length(min=1, max=64))
+    kind = fields.String(required=True, validate=validate.OneOf(("fetch", "report",
+                                                                 "unverified")))
+    path = fields.String(required=True, validate=validate.Length(max=4096))
+    client_address = fields.String(allow_none=True, validate=validate.Length(max=64))
+    data = fields.Dict(keys=fields.String(), allow_none=True)
+    created_at = fields.AwareDateTime(required=True, default_timezone=datetime.timezone.utc)
+
+
+class EvidenceDeliverySchema(StrictSchema):
+    agent = fields.String(required=True, validate=validate.Length(min=1, max=64), metadata={
+        "description": "The agent's id ([agent] agent_id): with seq, the idempotency key."})
+    records = fields.List(fields.Nested(EvidenceRecordSchema), required=True,
+                          validate=validate.Length(min=1, max=1000))
+
+
+class EvidenceDeliveryResultSchema(Schema):
+    stored = fields.Integer(**ALWAYS)
+    duplicates = fields.Integer(**ALWAYS)
+    refused = fields.Integer(**ALWAYS)

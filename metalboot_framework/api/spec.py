@@ -29,6 +29,7 @@ ERROR_DESCRIPTIONS = {
     403: "Token lacks the role",
     404: "Not found",
     409: "Conflict (exists, locked, or busy in a migration)",
+    410: "Cursor unknown: read a new snapshot",
     413: "Request body too large",
     415: "Body is not application/json",
     422: "Invalid input; error.fields names each field",
@@ -37,7 +38,9 @@ ERROR_DESCRIPTIONS = {
 
 # Who may call an endpoint: a bearer token of a role, anyone, or a booted
 # machine with its per-machine token (which the view checks).
-ROLES = ("reader", "admin", None, "machine")
+# "agent": an admin token or the agent token of the partition in the path
+# (metalboot_framework.agent_tokens).
+ROLES = ("reader", "admin", None, "machine", "agent")
 
 
 class BadRequest(MetalbootError):
@@ -227,6 +230,8 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
         def wrapper(*args, **kwargs):
             if role in ("reader", "admin"):
                 auth.require(role)
+            elif role == "agent":
+                auth.require_agent(kwargs["partition_id"])
             if body is not None:
                 kwargs["body"], many = load_body(body, request.mimetype,
                                                  request.get_data(cache=True), body_many)
@@ -259,6 +264,9 @@ TAGS = (
     {"name": "boot-interfaces", "description": "The boot interfaces this deployment offers."},
     {"name": "partitions", "description": "Partitions and the boot configuration (kernel, "
                                           "initrd, command line) their machines boot with."},
+    {"name": "partition-agents", "description": "What a partition's boot agents "
+                                                "(metalboot-boot-agent) read and deliver, and "
+                                                "their partition-scoped tokens."},
     {"name": "machines", "description": "Registration, inventory, validation and the history "
                                         "(events, boot evidence) of machines."},
     {"name": "migrations", "description": "Move machines between boot interfaces with proof "

@@ -20,6 +20,8 @@ def boot_options(f):
             click.option("--cmdline", help="Kernel command line."),
             click.option("--metal-boot-url", help="Base URL of metal-boot in the partition."),
             click.option("--metal-hammer-version"),
+            click.option("--boot-url", help="URL of the partition's boot agents (machines "
+                                            "boot from it; default: the API's public URL)."),
             click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
                          help="Partition property (repeatable; VALUE may be JSON)."))):
         f = option(f)
@@ -27,11 +29,11 @@ def boot_options(f):
 
 
 def _body(description, kernel_url, initrd_url, cmdline, metal_boot_url, metal_hammer_version,
-          properties):
+          boot_url, properties):
     body = drop_none({"description": description})
     boot = drop_none({"kernel_url": kernel_url, "initrd_url": initrd_url, "cmdline": cmdline,
                       "metal_boot_url": metal_boot_url,
-                      "metal_hammer_version": metal_hammer_version})
+                      "metal_hammer_version": metal_hammer_version, "boot_url": boot_url})
     if boot:
         body["boot"] = boot
     if properties:
@@ -99,3 +101,71 @@ def delete(obj, partition_id, output_):
         output.emit_json({"deleted": partition_id})
     else:
         click.echo(f"deleted partition {partition_id}")
+
+
+TOKEN_COLUMNS = [("id", "id"), ("created", "created_at"), ("expires", "expires_at"),
+                 ("last used", "last_used_at"), ("description", "description")]
+
+
+@group.group("agent-token")
+def agent_token():
+    """Tokens of a partition's boot agents (metalboot-boot-agent): each reads only
+    its partition's boot data and delivers only its evidence."""
+
+
+def _tokens_url(partition_id, *rest):
+    return "/".join((f"/v1/partitions/{segment(partition_id)}/agent-tokens",
+                     *(segment(r) for r in rest)))
+
+
+def _show_new_token(obj, output_, made):
+    if output.fmt(obj, output_) == "json":
+        output.emit_json(made)
+        return
+    click.echo(f"agent token {made['id']} of partition {made['partition']} (shown only "
+               "now; put it in the agents' [agent] token_file):", err=True)
+    click.echo(made["token"])
+
+
+@agent_token.command("create")
+@click.argument("partition_id")
+@click.option("--description", default="", help="Where it is used (e.g. the agents' hosts).")
+@output.output_option
+@click.pass_obj
+def token_create(obj, partition_id, description, output_):
+    """Make a token for the partition's agents; prints it once."""
+    _show_new_token(obj, output_, obj.client.post(_tokens_url(partition_id),
+                                                  {"description": description}))
+
+
+@agent_token.command("list")
+@click.argument("partition_id")
+@output.output_option
+@click.pass_obj
+def token_list(obj, partition_id, output_):
+    """The partition's valid agent tokens (never the tokens themselves)."""
+    tokens = obj.client.get(_tokens_url(partition_id))["agent_tokens"]
+    output.show(obj, output_, tokens, lambda ts: output.table(ts, TOKEN_COLUMNS))
+
+
+@agent_token.command("revoke")
+@click.argument("partition_id")
+@click.argument("token_id")
+@click.pass_obj
+def token_revoke(obj, partition_id, token_id):
+    """Revoke an agent token: it stops working at once."""
+    obj.client.delete(_tokens_url(partition_id, token_id))
+    click.echo(f"revoked agent token {token_id} of partition {partition_id}")
+
+
+@agent_token.command("rotate")
+@click.argument("partition_id")
+@click.argument("token_id")
+@click.option("--grace", type=click.IntRange(0, 7 * 86400), default=600, show_default=True,
+              help="Seconds the old token keeps working.")
+@output.output_option
+@click.pass_obj
+def token_rotate(obj, partition_id, token_id, grace, output_):
+    """Replace an agent token; the old one works GRACE seconds more."""
+    _show_new_token(obj, output_, obj.client.post(
+        _tokens_url(partition_id, token_id, "rotate") + f"?grace={grace}", None))

@@ -29,6 +29,9 @@ class Partition(Base):
     cmdline: Mapped[str] = mapped_column(Text, default="")
     metal_boot_url: Mapped[str | None] = mapped_column(Text)
     metal_hammer_version: Mapped[str | None] = mapped_column(String(128))
+    # Where the partition's machines fetch artifacts and post boot reports: its
+    # boot agents' (anycast) URL; None: [api] public_url.
+    boot_url: Mapped[str | None] = mapped_column(Text)
     properties: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     # Bumped by a trigger whenever what the boot server caches of this partition
@@ -125,8 +128,12 @@ class BootEvidence(Base):
     client_address: Mapped[str | None] = mapped_column(String(64))
     data: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    # "<agent id>:<journal sequence>" of a row a partition's boot agent
+    # delivered: delivered twice, stored once. None for rows written here.
+    delivery: Mapped[str | None] = mapped_column(String(100))
 
-    __table_args__ = (Index("ix_boot_evidence_machine", "machine_id", "id"),)
+    __table_args__ = (Index("ix_boot_evidence_machine", "machine_id", "id"),
+                      Index("ix_boot_evidence_delivery", "delivery", unique=True))
 
 
 class Conductor(Base):
@@ -198,3 +205,42 @@ class Setting(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class AgentToken(Base):
+    """A bearer token of a partition's boot agents: it reads that partition's
+    boot data and delivers its evidence, nothing else. Only its SHA-256 is
+    kept; the token is shown once, when it is made."""
+
+    __tablename__ = "agent_tokens"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("partitions.id", ondelete="CASCADE"), index=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+    # a rotated token stays valid until then, so that its agents can be given
+    # the new one without a gap; None: valid until revoked
+    expires_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+    last_used_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
+
+
+class BootChange(Base):
+    """The change feed of partition boot data: a row for every change of what
+    a partition's boot agents serve (a machine, its NICs, its migration step,
+    the partition), written by triggers (schema revision 0009) whichever code
+    made the change. ``machine_id`` None: the partition itself changed."""
+
+    __tablename__ = "boot_changes"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    partition_id: Mapped[str] = mapped_column(String(128))
+    machine_id: Mapped[str | None] = mapped_column(String(64))
+    # PostgreSQL only, as events.xid and events.feed_id (metalboot_framework.feed)
+    xid: Mapped[int | None] = mapped_column(BigInteger)
+    feed_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_boot_changes_partition", "partition_id", "id"),
+                      Index("ix_boot_changes_feed", "partition_id", "feed_id"))

@@ -18,7 +18,7 @@ def test_create_get_list_patch_delete(api):
     # fields not given stay as they were
     assert r.json["boot"] == {"kernel_url": "http://img/k", "initrd_url": None,
                               "cmdline": "console=ttyS1", "metal_boot_url": None,
-                              "metal_hammer_version": "v2"}
+                              "metal_hammer_version": "v2", "boot_url": None}
     assert r.json["updated_at"] is not None
     assert api.delete("/v1/partitions/fra-equ01").status_code == 204
     assert api.get("/v1/partitions/fra-equ01").status_code == 404
