@@ -130,6 +130,7 @@ class PartitionData:
         self.source = None  # "api" or "disk"
         self.dirty = False
         self.saved_contact = None
+        self.disk_note = None  # why the data on disk was not served, if it was not
 
     def age(self, now=None):
         return None if self.contact is None else max(0.0, (now or time.time()) - self.contact)
@@ -254,6 +255,7 @@ class Replica:
         if data.record is None:
             return (f"the boot data of partition {data.id} is not loaded: the API has not "
                     f"answered since this agent started"
+                    + (f", and {data.disk_note}" if data.disk_note else "")
                     + (f" ({data.error})" if data.error else ""))
         age = data.age()
         if age > self.max_staleness:
@@ -318,9 +320,10 @@ class Replica:
             data.saved_contact = data.contact
             age = data.age()
             if age > self.max_staleness:
-                LOG.warning("partition %s: the boot data on disk is %.0f s old, more than "
-                            "[agent] max_staleness (%g s): not served until the API "
-                            "answers", data.id, age, self.max_staleness)
+                data.disk_note = (f"the boot data on disk is {age:.0f} s old, more than "
+                                  f"[agent] max_staleness ({self.max_staleness:g} s)")
+                LOG.warning("partition %s: %s: not served until the API answers", data.id,
+                            data.disk_note)
                 data.contact = None
                 continue
             self.load(data, document, "disk")
