@@ -25,7 +25,10 @@ opts = [
     cfg.StrOpt("listen", default="[::]:6481",
                help="host:port the agent listens on, an IPv6 address in brackets "
                     "(e.g. [fd00:b007::1]:6481, the partition's anycast address) or "
-                    "an IPv4 address or name."),
+                    "an IPv4 address or name. The rest of its HTTP server and evidence "
+                    "journal is set as metalboot-boot-server's: [boot_server] backlog, "
+                    "task_impl, shutdown_timeout, db_threads, evidence_batch_size, "
+                    "evidence_batch_wait, access_log."),
     cfg.StrOpt("state_dir", default="$state_path/agent",
                help="Directory of the agent's own state: the last snapshot of each "
                     "partition's boot data, the evidence journal and the cached "

@@ -3,14 +3,13 @@ configuration of its own (no database), next to a real metalboot-server
 whose API it reads."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import requests
 
-from tests.conftest import LOOPBACK_PREFIXES, free_port, machine_body
+from tests.conftest import LOOPBACK_PREFIXES, ServerProcess, free_port, machine_body
 
 AGENT = os.path.join(os.path.dirname(sys.executable), "metalboot-boot-agent")
 INTERFACES = "fake,fake-alt"
@@ -43,8 +42,9 @@ def setup_partition(api, count, boot_url, partition="p1", properties=None, enrol
     return ids, r.json()["token"]
 
 
-class AgentProcess:
-    """One metalboot-boot-agent in ``directory`` (its state_dir survives restarts)."""
+class AgentProcess(ServerProcess):
+    """One metalboot-boot-agent in ``directory`` (its state_dir survives
+    restarts); stopped and its log read as a metalboot-server's."""
 
     def __init__(self, directory, api_url, token, port=None, partitions=("p1",),
                  agent_id="agent-a", extra=""):
@@ -101,21 +101,6 @@ class AgentProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"journal not delivered after {timeout} s: {health}")
             time.sleep(0.05)
-
-    def log(self):
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-        finally:
-            self._log.close()
 
 
 def evidence(api, machine_id):

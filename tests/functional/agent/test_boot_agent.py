@@ -17,6 +17,7 @@ import requests
 from tests.conftest import free_port, signer_of
 from tests.functional.agent.agent_process import (
     AGENT, INTERFACES, AgentProcess, agent_url, evidence, setup_partition)
+from tests.functional.test_migrations import migrate, wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -99,16 +100,8 @@ def test_serves_what_the_api_registered_and_follows_a_change_within_a_second(wor
 def test_migration_through_the_agent_ends_done_with_its_evidence(world):
     api, ids, _, agent = world(6, properties={"fake_autoboot": True}, enrolled=True)
     agent.start()
-    r = api.request("POST", "/v1/migrations", json={
-        "selector": {"machines": ids}, "boot_interface": "fake-alt", "max_parallel": 3})
-    assert r.status_code == 202, r.text
-    migration = r.json()["id"]
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        m = api.request("GET", f"/v1/migrations/{migration}").json()
-        if m["state"] == "done" and m["finished_at"]:
-            break
-        time.sleep(0.1)
+    migration = migrate(api, ids, max_parallel=3)["id"]
+    m = wait_for(api, migration, timeout=90)
     assert m["state"] == "done", (m, agent.log()[-3000:])
     machines = api.request("GET", f"/v1/migrations/{migration}/machines").json()["machines"]
     assert {x["state"] for x in machines} == {"done"}
