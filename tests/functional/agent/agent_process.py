@@ -47,7 +47,7 @@ class AgentProcess(ServerProcess):
     restarts); stopped and its log read as a metalboot-server's."""
 
     def __init__(self, directory, api_url, token, port=None, partitions=("p1",),
-                 agent_id="agent-a", extra=""):
+                 agent_id="agent-a", extra="", interfaces=INTERFACES):
         self.directory = directory
         directory.mkdir(exist_ok=True)
         self.port = port or free_port()
@@ -59,7 +59,7 @@ class AgentProcess(ServerProcess):
         self.conf_path = directory / "agent.conf"
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {directory}/state-path\n"
-            f"enabled_boot_interfaces = {INTERFACES}\n"
+            f"enabled_boot_interfaces = {interfaces}\n"
             f"[agent]\napi_url = {api_url}\ntoken_file = {self.token_path}\n"
             f"partitions = {','.join(partitions)}\nlisten = [::1]:{self.port}\n"
             f"state_dir = {self.state_dir}\nagent_id = {agent_id}\n"

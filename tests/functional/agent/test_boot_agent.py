@@ -6,6 +6,7 @@ serves a young snapshot after a restart without the API but not an old one,
 and refuses a configuration with a database."""
 
 import concurrent.futures
+import os
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import time
 import pytest
 import requests
 
+from benchmarks.common import partition_iso
 from tests.conftest import free_port, signer_of
 from tests.functional.agent.agent_process import (
     AGENT, INTERFACES, AgentProcess, agent_url, evidence, setup_partition)
@@ -21,20 +23,24 @@ from tests.functional.test_migrations import migrate, wait_for
 
 pytestmark = pytest.mark.functional
 
+ISO_IFACE = "redfish-virtual-media-ipxe"
+IPXE_EFI = os.environ.get("METALBOOT_TEST_IPXE_EFI", "/usr/lib/ipxe/ipxe.efi")
+
 
 @pytest.fixture
 def world(server_factory, tmp_path):
     """start(count, ...) -> (metalboot-server, machine ids, agent token, agent)."""
     agents = []
 
-    def start(count=3, properties=None, enrolled=False, agent_extra="", server_extra=""):
-        api = server_factory(extra_conf=f"enabled_boot_interfaces = {INTERFACES}\n"
+    def start(count=3, properties=None, enrolled=False, agent_extra="", server_extra="",
+              interfaces=INTERFACES):
+        api = server_factory(extra_conf=f"enabled_boot_interfaces = {interfaces}\n"
                                         f"{server_extra}").start()
         port = free_port()
         ids, token = setup_partition(api, count, agent_url(port), properties=properties,
                                      enrolled=enrolled)
         agent = AgentProcess(tmp_path / "agent", api.url, token, port=port,
-                             extra=agent_extra)
+                             extra=agent_extra, interfaces=interfaces)
         agents.append(agent)
         return api, ids, token, agent
 
@@ -114,6 +120,33 @@ def test_migration_through_the_agent_ends_done_with_its_evidence(world):
     for machine_id in ids:
         fetches = [e for e in evidence(api, machine_id) if e["interface"] == "fake-alt"]
         assert [(e["kind"], e["path"]) for e in fetches] == [("fetch", "boot.ipxe")]
+
+
+def test_partition_iso_fetched_once_checked_and_served_in_ranges(world):
+    iso_conf = f"[redfish]\nipxe_efi_path = {IPXE_EFI}\n"
+    api, _, _, agent = world(1, server_extra=iso_conf, agent_extra=iso_conf,
+                             interfaces=f"{INTERFACES},{ISO_IFACE}")
+    agent.start()
+    url, path = partition_iso(api, "p1", ISO_IFACE)
+    iso = "/boot/" + url.split("/boot/", 1)[1]
+    with open(path, "rb") as f:
+        data = f.read()
+    step = 256 * 1024
+    parts = []
+    for offset in range(0, len(data), step):
+        r = agent.get(iso, headers={"Range": f"bytes={offset}-{offset + step - 1}"})
+        assert r.status_code == 206, r.text
+        parts.append(r.content)
+    assert b"".join(parts) == data
+    assert agent.log().count("fetched from the API") == 1
+    cached = agent.state_dir / "artifacts" / "p1" / ISO_IFACE / iso.rsplit("/", 1)[1]
+    assert cached.read_bytes() == data
+    assert agent.get(iso.rsplit("/", 1)[0] + "/other.iso").status_code == 404
+    central = requests.head(api.url + iso, timeout=30)
+    assert api.stop() == 0  # cached: served without the API
+    whole = agent.get(iso)
+    assert (whole.status_code, whole.content) == (200, data)
+    assert whole.headers["Content-Type"] == central.headers["Content-Type"]
 
 
 def _fetch_all(agent, paths):
