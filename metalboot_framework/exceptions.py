@@ -45,6 +45,13 @@ class Conflict(MetalbootError):
     code = 409
 
 
+class Unavailable(MetalbootError):
+    """What is asked for cannot be answered now (a boot agent whose data is
+    too old); the message says why."""
+
+    code = 503
+
+
 class PluginLoadError(MetalbootError):
     """An enabled plugin is not installed or fails to import."""
 

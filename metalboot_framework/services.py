@@ -34,21 +34,51 @@ def _of(component, name):
                     doc=f"``{component}.{name}``")
 
 
-class Services:
+class BootServices:
+    """What serving a booting machine takes: configuration, boot interfaces,
+    hooks, the machine tokens (:attr:`tokens`: what
+    :class:`~metalboot_framework.tokens.TokenSigner` answers), the address
+    binding rule, URLs and scripts. No database: the partition's boot agent
+    runs on this alone (:mod:`metalboot_framework.agent`)."""
+
+    def __init__(self, conf, interfaces, hooks, tokens):
+        self.conf = conf
+        self.interfaces = interfaces
+        self.hooks = hooks
+        self.tokens = tokens
+        # Whether a fetch by MAC came from an address its machine can have.
+        self.address_binding = AddressBinding(conf)
+        self.urls = BootUrls(conf)
+        self.boot_scripts = BootScripts(conf, hooks, self.urls)
+
+    @staticmethod
+    def load_plugins(conf):
+        """(boot interfaces, hooks) as the configuration enables them."""
+        interfaces = loader.BootInterfaces(conf.enabled_boot_interfaces,
+                                           conf.default_boot_interface)
+        hooks = hooks_mod.Hooks(hooks_mod.make_plugin_manager(conf.disabled_hooks))
+        return interfaces, hooks
+
+    # -- URLs and scripts (metalboot_framework.boot_urls, .boot_scripts) -----
+    public_url = _of("urls", "public_url")
+    artifact_url = _of("urls", "artifact_url")
+    partition_artifact_url = _of("urls", "partition_artifact_url")
+    mac_boot_script_url = _of("urls", "mac_boot_script_url")
+    report_url = _of("urls", "report_url")
+    templates = _of("boot_scripts", "templates")
+    render_boot_script = _of("boot_scripts", "render")
+
+
+class Services(BootServices):
     """Configuration, database, boot interfaces, hooks and token signer, and
     the components built on them (:attr:`transactions`, :attr:`urls`,
     :attr:`boot_scripts`)."""
 
     def __init__(self, conf, db, interfaces, hooks, tokens, password_key):
-        self.conf = conf
+        super().__init__(conf, interfaces, hooks, tokens)
         self.db = db
-        self.interfaces = interfaces
-        self.hooks = hooks
-        self.tokens = tokens
         # Seals BMC passwords before they are stored, opens them when read.
         self.password_key = password_key
-        # Whether a fetch by MAC came from an address its machine can have.
-        self.address_binding = AddressBinding(conf)
         # Coroutine plugin steps and the conductor's machines (started when first used).
         self.step_loop = StepLoop()
         # Called when the API made work for a conductor (a migration created or
@@ -56,15 +86,11 @@ class Services:
         # looks at once, not at its next poll.
         self.work_watchers = []
         self.transactions = Transactions(db, hooks, self.step_loop)
-        self.urls = BootUrls(conf)
-        self.boot_scripts = BootScripts(conf, hooks, self.urls)
 
     @classmethod
     def from_conf(cls, conf, upgrade=None):
         """Load plugins and hooks, open the database, upgrade its schema."""
-        interfaces = loader.BootInterfaces(conf.enabled_boot_interfaces,
-                                           conf.default_boot_interface)
-        hooks = hooks_mod.Hooks(hooks_mod.make_plugin_manager(conf.disabled_hooks))
+        interfaces, hooks = cls.load_plugins(conf)
         db = db_mod.Database(conf.database.connection, pool_size=conf.database.pool_size)
         key = password_key_mod.load(conf.database.bmc_password_key_file, db)
         if conf.database.auto_upgrade if upgrade is None else upgrade:
@@ -77,15 +103,6 @@ class Services:
         """Wake the conductors of this process: the API made work for them."""
         for watcher in self.work_watchers:
             watcher()
-
-    # -- URLs and scripts (metalboot_framework.boot_urls, .boot_scripts) -----
-    public_url = _of("urls", "public_url")
-    artifact_url = _of("urls", "artifact_url")
-    partition_artifact_url = _of("urls", "partition_artifact_url")
-    mac_boot_script_url = _of("urls", "mac_boot_script_url")
-    report_url = _of("urls", "report_url")
-    templates = _of("boot_scripts", "templates")
-    render_boot_script = _of("boot_scripts", "render")
 
     # -- snapshots and tasks (metalboot_framework.snapshots) ------------------
     def snapshot(self, conn, machine_id):

@@ -1,9 +1,27 @@
 """The boot server's RSGI application: granian hands it each request, it
 answers through :mod:`metalboot_framework.boot_endpoints` (the routes, Range
 and conditional requests, headers and errors the Flask blueprint answers
-with too), reading what it needs from :class:`~.cache.BootCache` and
-committing each fetch's evidence through :class:`~.evidence.EvidenceWriter`
-before the answer leaves."""
+with too), reading what it needs from its *source* and committing each
+fetch's evidence to its *sink* before the answer leaves.
+
+metalboot-boot-server gives it :class:`~.cache.BootCache` (the database) and
+:class:`~.evidence.EvidenceWriter`; the partition's boot agent
+(:mod:`metalboot_framework.agent`) gives it the replicated partition data and
+its local evidence journal. A source has:
+
+- ``snapshots``, ``macs``, ``partition_artifacts``: caches with
+  ``cached(key)`` (a value or :data:`~.cache.MISS`) and ``async get(key)``:
+  a machine's :class:`~.cache.Snapshot` by id, a machine id by (MAC,
+  interface), an :class:`~metalboot_framework.boot_endpoints.Answer` by
+  (partition, interface, name); None: there is none;
+- ``reads``: the executor of blocking calls (plugin artifacts, report checks);
+- ``check_report(machine_id, token, boot_interface)`` (blocking), as
+  :func:`metalboot_framework.artifacts.check_report`;
+- ``unavailable(partition_id)``: None, or why the data of the partition
+  (None: of an unknown machine) must not be served now (503);
+- ``start()``, ``async stop()``, ``shutdown()``.
+
+A sink is a :class:`~.evidence.GroupCommit`."""
 
 import asyncio
 import itertools
@@ -61,6 +79,11 @@ class Request:
         return b"".join(chunks)
 
 
+def _unavailable_reply(reason):
+    """503: the source's data is not to be served now (a client retries)."""
+    return boot_endpoints.error_reply(503, reason, headers=[("Retry-After", "5")])
+
+
 class RequestTooLarge(Exception):
     """A request body larger than ``[api] max_request_body_size``."""
 
@@ -68,12 +91,18 @@ class RequestTooLarge(Exception):
 class BootServer:
     """The RSGI application and what it keeps between requests."""
 
-    def __init__(self, services, opts, max_body_size):
+    def __init__(self, services, opts, max_body_size, source=None, sink=None, extra=None):
+        """``source`` and ``sink`` (see above): by default the database's.
+        ``extra``: {path: coroutine function(request) -> Reply} answering GET
+        and HEAD of further paths (the agent's /healthz)."""
+        self.extra = extra or {}
         self.services = services
         self.opts = opts
         self.max_body_size = max_body_size
-        self.cache = BootCache(services, opts)
-        self.evidence = None  # an EvidenceWriter, made on the event loop
+        self.cache = source if source is not None else BootCache(services, opts)
+        self.evidence = sink if sink is not None else EvidenceWriter(
+            services, opts.evidence_batch_size, opts.evidence_batch_wait,
+            log_rows=opts.access_log)
         # Templates are read once: no stat() of the template file per rendering.
         services.templates.auto_reload = False
         self._id_prefix = secrets.token_hex(4)
@@ -165,6 +194,9 @@ class BootServer:
                 return boot_endpoints.error_reply(
                     404, "not found: the path contains a NUL character")
             found = boot_endpoints.match(request.method, request.path)
+            if found is None and request.path in self.extra and \
+                    request.method in ("GET", "HEAD"):
+                return await self.extra[request.path](request)
             if found is None:
                 return boot_endpoints.error_reply(404, boot_endpoints.NOT_FOUND)
             route, variables = found
@@ -192,12 +224,26 @@ class BootServer:
         snapshot = snapshots.cached(machine_id)
         if snapshot is MISS:
             snapshot = await snapshots.get(machine_id)
+        refused = self._unavailable(snapshot)
+        if refused is not None:
+            return refused
         return await self._fetch(request, snapshot, interface, token, name)
+
+    def _unavailable(self, snapshot):
+        """The 503 to answer instead, if the source says its data of the
+        machine's partition (or, for an unknown machine, of any) is not to be
+        served now."""
+        reason = self.cache.unavailable(
+            snapshot.partition.id if snapshot is not None else None)
+        return None if reason is None else _unavailable_reply(reason)
 
     async def script_by_mac(self, request, mac, interface):
         machine_id = await self.cache.macs.get((artifacts.normalize_mac(mac), interface))
         snapshot = await self.cache.snapshots.get(machine_id) \
             if machine_id is not None else None
+        refused = self._unavailable(snapshot)
+        if refused is not None:
+            return refused
         if snapshot is None:
             return boot_endpoints.metalboot_error_reply(artifacts.not_found())
         binding = artifacts.mac_binding(self.services, snapshot.machine, request.remote)
@@ -231,7 +277,13 @@ class BootServer:
         return reply
 
     async def partition_artifact(self, request, partition_id, interface, name):
-        answer = await self.cache.partition_artifacts.get((partition_id, interface, name))
+        reason = self.cache.unavailable(partition_id)
+        if reason is not None:
+            return _unavailable_reply(reason)
+        try:
+            answer = await self.cache.partition_artifacts.get((partition_id, interface, name))
+        except MetalbootError as exc:
+            return boot_endpoints.metalboot_error_reply(exc)
         if answer is None:
             return boot_endpoints.metalboot_error_reply(artifacts.not_found())
         try:
@@ -250,7 +302,7 @@ class BootServer:
             spec.reject_query({k for k, _ in urllib.parse.parse_qsl(
                 request.scope.query_string, keep_blank_values=True)})
             bound = await asyncio.get_running_loop().run_in_executor(
-                self.cache.reads, self._check_report, machine_id,
+                self.cache.reads, self.cache.check_report, machine_id,
                 boot_endpoints.report_token(request, body), body["boot_interface"])
         except MetalbootError as exc:
             return boot_endpoints.metalboot_error_reply(exc)
@@ -263,22 +315,13 @@ class BootServer:
             with_id=True)
         return boot_endpoints.report_reply(machine_id, evidence_id)
 
-    def _check_report(self, machine_id, token, boot_interface):
-        with self.services.db.read_conn() as conn:
-            return artifacts.check_report(self.services, conn, machine_id, token,
-                                          boot_interface)
-
     # -- start and stop ----------------------------------------------------------------
     async def start(self):
         self.cache.start()
-        self.evidence = EvidenceWriter(self.services, self.opts.evidence_batch_size,
-                                       self.opts.evidence_batch_wait,
-                                       log_rows=self.opts.access_log)
+        self.evidence.start()
 
     async def stop(self):
         await self.cache.stop()
         await self.evidence.close()
-        LOG.info("boot evidence committed: %d rows in %d transactions (%d of them on "
-                 "the event loop)", self.evidence.rows, self.evidence.batches,
-                 self.evidence.inline_batches)
+        LOG.info("%s", self.evidence.summary())
         self.cache.shutdown()

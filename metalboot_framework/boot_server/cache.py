@@ -337,6 +337,19 @@ class BootCache:
             found[key] = Answer.of(artifact, name)
         return found
 
+    # -- what a boot report and the server ask of a source ---------------------------
+    def check_report(self, machine_id, token, boot_interface):
+        """:func:`metalboot_framework.artifacts.check_report` on the database
+        (in a read thread)."""
+        with self.services.db.read_conn() as conn:
+            return artifacts.check_report(self.services, conn, machine_id, token,
+                                          boot_interface)
+
+    @staticmethod
+    def unavailable(_partition_id):
+        """The database is always current: never a reason to refuse."""
+        return None
+
     # -- warming: snapshots loaded before the fetches that need them --------------------
     async def _warm_rounds(self):
         """Every ``warm_interval``, the snapshots of the machines that a migration

@@ -59,14 +59,19 @@ def _listen_address(host, port):
     return sockaddr[0]
 
 
-async def serve(services, opts, max_body_size, address=None):
+async def serve(services, opts, max_body_size, address=None, server=None, port=None,
+                name="metalboot-boot-server", serves=None, listen=None):
     """Serve until SIGTERM or SIGINT; then finish the requests in progress and
     commit their evidence. ``address``: ``opts.host_ip`` resolved (granian
-    takes an IP address only)."""
+    takes an IP address only). ``server``: the :class:`BootServer` to serve
+    (default: on the database), on ``port`` (default ``opts.port``); ``name``,
+    ``serves`` (what it serves to whom) and ``listen`` (host:port as
+    configured) for the log."""
     address = address or opts.host_ip
-    server = BootServer(services, opts, max_body_size)
+    port = port or opts.port
+    server = server or BootServer(services, opts, max_body_size)
     await server.start()
-    http = _HTTPServer(server, address=address, port=opts.port,
+    http = _HTTPServer(server, address=address, port=port,
                        interface=Interfaces.RSGI, websockets=False, backlog=opts.backlog,
                        http=HTTPModes.http1, task_impl=TaskImpl(opts.task_impl),
                        # granian's errors (not its notices) through our handlers;
@@ -82,17 +87,17 @@ async def serve(services, opts, max_body_size, address=None):
     try:
         await asyncio.wait([serving, started], return_when=asyncio.FIRST_COMPLETED)
         if http.failure is not None or serving.done():
-            common.fail(f"cannot listen on {opts.host_ip}:{opts.port}: "
+            common.fail(f"cannot listen on {listen or f'{opts.host_ip}:{opts.port}'}: "
                         f"{http.failure or serving.exception()}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         received = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, lambda s=signum: (received.append(s), stop.set()))
-        host = f"[{opts.host_ip}]" if ":" in opts.host_ip else opts.host_ip
-        LOG.info("metalboot-boot-server listening on http://%s:%s (boot interfaces: %s; "
-                 "machines reach it as [api] public_url = %s)", host, opts.port,
-                 ", ".join(services.interfaces.names()), services.public_url)
+        host = f"[{address}]" if ":" in address else address
+        LOG.info("%s listening on http://%s:%s (boot interfaces: %s; %s)", name, host, port,
+                 ", ".join(services.interfaces.names()),
+                 serves or f"machines reach it as [api] public_url = {services.public_url}")
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait([serving, stopping], return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():  # the HTTP server ended by itself: do not linger deaf
