@@ -9,6 +9,7 @@ plugin must not silence the others (the webhook notifier among them), so
 counts as no answer, and the rest of the call goes on.
 """
 
+import contextvars
 import functools
 import logging
 
@@ -20,17 +21,35 @@ LOG = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "metalboot.hooks"
 
+# pluggy returns a call's answers unnamed; during a call of a hook that wants
+# them named (Hooks.veto_reasons), each guard of that hook records (itself, its
+# arguments, its answer) here, which tells whose implementation gave the answer.
+_ANSWERS = contextvars.ContextVar("metalboot_hook_answers", default=(None, None))
+
 
 def _guarded(function, hook_name):
     @functools.wraps(function)
     def guarded(*args):
         try:
-            return function(*args)
+            answer = function(*args)
         except Exception:
             LOG.exception("hook %s of %s.%s failed; ignored", hook_name,
                           function.__module__, function.__qualname__)
             return None
+        recording, recorded = _ANSWERS.get()
+        if recording == hook_name and answer is not None:
+            recorded.append((guarded, args, answer))
+        return answer
+    guarded.metalboot_guarded = True
     return guarded
+
+
+def _gave(impl, guarded, args):
+    """Whether ``impl`` is the guarded function called with ``args`` (a
+    method's first argument is its plugin)."""
+    owner = getattr(impl.function, "__self__", None)
+    return (getattr(impl.function, "__func__", impl.function) is guarded
+            and (owner is None or bool(args) and args[0] is owner))
 
 
 class HookimplMarker(pluggy.HookimplMarker):
@@ -103,24 +122,38 @@ class Hooks:
     def veto_reasons(self, machine, migration):
         """[(plugin name, reason)] of every plugin that vetoes, in pluggy's order.
 
-        Each plugin is asked through a pluggy caller of its own (its wrappers and
-        the others' run around it), so that a reason names who gave it.
+        One pluggy call, so that wrappers run once, around every answer. The
+        guard of each implementation records its answer, which names the plugin
+        that gave it; an answer no guard recorded (an implementation not marked
+        with :data:`hookimpl`, or a wrapper's) is named after the plugins that
+        could have given it. A wrapper that raises leaves no reasons.
         """
         name = "metalboot_veto_machine"
-        answering = [impl for impl in reversed(getattr(self.pm.hook, name).get_hookimpls())
-                     if not (impl.wrapper or impl.hookwrapper)]
+        caller = getattr(self.pm.hook, name)
+        impls = caller.get_hookimpls()
+        recorded = []
+        token = _ANSWERS.set((name, recorded))
+        try:
+            answers = caller(machine=machine, migration=migration)
+        except pluggy.HookCallError:
+            raise
+        except Exception:
+            LOG.exception("hook %s failed; ignored", name)
+            return []
+        finally:
+            _ANSWERS.reset(token)
+        unrecorded = "/".join(impl.plugin_name for impl in impls
+                              if not getattr(impl.function, "metalboot_guarded", False))
         reasons = []
-        for impl in answering:
-            others = [other.plugin for other in answering if other.plugin is not impl.plugin]
-            caller = self.pm.subset_hook_caller(name, remove_plugins=others)
-            try:
-                answers = caller(machine=machine, migration=migration)
-            except pluggy.HookCallError:
-                raise
-            except Exception:
-                LOG.exception("hook %s of plugin %s failed; ignored", name, impl.plugin_name)
+        for answer in answers:
+            entry = next((entry for entry in recorded if entry[2] is answer), None)
+            if entry is None:
+                reasons.append((unrecorded, str(answer)))
                 continue
-            reasons.extend((impl.plugin_name, str(reason)) for reason in answers)
+            recorded.remove(entry)
+            plugin = next((impl.plugin_name for impl in impls if _gave(impl, *entry[:2])),
+                          unrecorded)
+            reasons.append((plugin, str(answer)))
         return reasons
 
     def amend_boot_script(self, text, **kwargs):

@@ -63,8 +63,10 @@ def metalboot_veto_machine(machine, migration):
 
     Return a reason (a string) to skip the machine, e.g. because metal-api says
     it is allocated; return ``None`` to let it go on. Every implementation is
-    asked; all reasons given are recorded, each after the name of the plugin
-    that gave it.
+    asked, in one call; all reasons given are recorded, each after the name of
+    the plugin that gave it. A ``wrapper=True`` implementation runs once, sees
+    the list of reasons and may return another (a reason it adds is recorded
+    after the names of the wrappers).
     """
 
 

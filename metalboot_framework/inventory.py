@@ -446,7 +446,8 @@ def delete_machine(services, machine_id, force=False):
     """Forget a machine now if it was never prepared for a boot interface (or with
     ``force``); else hand it to the conductor, which cleans up what its interface
     prepared (DHCP entries, boot overrides) and then forgets it: returns the
-    machine, ``deleting``, or None when it is gone already."""
+    machine as committed, ``deleting`` (the conductor, woken by the commit, may
+    have forgotten it before the answer), or None when it is gone already."""
     view = get_machine(services, machine_id)
     with services.transactions.write() as unit:
         unit.announce(services.work_arrived)  # enrolment, removal
@@ -463,12 +464,12 @@ def delete_machine(services, machine_id, force=False):
                 unit.event("machine.deleting", f"deleting: {m.prepared_interface} is "
                            "cleaned up first", machine_id=machine_id,
                            data={"prepared_interface": m.prepared_interface})
-            deleting = True
+            deleting = machine_views(s, [m])[0]
         else:
             forget_machine(unit, machine_id, cleaned_up=None if force else False)
-            deleting = False
+            deleting = None
     if deleting:
-        return get_machine(services, machine_id)
+        return deleting
     services.hooks.notify("metalboot_machine_deleted", machine=view)
     return None
 

@@ -3,7 +3,7 @@ from the database (:class:`~metalboot_framework.task.MachineInfo`,
 :class:`~metalboot_framework.task.PartitionInfo`).
 
 A column read here must be in the revision triggers' list too
-(store/migrations/versions/0006), or the boot server will not see it change.
+(store/schema/versions/0006), or the boot server will not see it change.
 """
 
 import sqlalchemy

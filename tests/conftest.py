@@ -26,6 +26,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def hook_plugin_site(site, module, source):
+    """A directory that, on PYTHONPATH, installs ``source`` as the hook plugin
+    ``module`` (a distribution with a metalboot.hooks entry point)."""
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[metalboot.hooks]\n{module} = {module}\n")
+    (site / f"{module}.py").write_text(source)
+    return site
+
+
 # METALBOOT_TEST_DB=postgresql runs every test that uses a database on a real
 # PostgreSQL server (started once per run) instead of SQLite files.
 USE_POSTGRES = os.environ.get("METALBOOT_TEST_DB") == "postgresql"
@@ -154,10 +165,11 @@ class ServerProcess:
     """A metalboot-server subprocess with its own config, state dir and log."""
 
     def __init__(self, tmp_path, extra_conf="", env=None, port=None, admin_token=ADMIN,
-                 database_url=None, command="metalboot_framework.cmd.server", key_file=None):
+                 database_url=None, command="metalboot_framework.cmd.server", key_file=None,
+                 host_ip="127.0.0.1"):
         self.tmp_path = tmp_path
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{f'[{host_ip}]' if ':' in host_ip else host_ip}:{self.port}"
         self.state = tmp_path / "state"
         self.log_path = tmp_path / "server.log"
         self.conf_path = tmp_path / "metalboot.conf"
@@ -171,7 +183,7 @@ class ServerProcess:
                     + f"bmc_password_key_file = {self.key_file}\n")
         self.conf_path.write_text(
             f"[DEFAULT]\nstate_path = {self.state}\n{extra_conf}\n"
-            f"[api]\nhost_ip = 127.0.0.1\nport = {self.port}\n{tokens}"
+            f"[api]\nhost_ip = {host_ip}\nport = {self.port}\n{tokens}"
             + ("" if "poll_interval" in extra_conf else "[conductor]\npoll_interval = 0.1\n")
             + ("" if "boot_network_prefixes" in extra_conf else
                f"[artifacts]\nboot_network_prefixes = {','.join(LOOPBACK_PREFIXES)}\n")

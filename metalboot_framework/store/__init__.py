@@ -1,1 +1,1 @@
-"""Persistent state: SQLAlchemy models, sessions, and alembic migrations."""
+"""Persistent state: SQLAlchemy models, sessions, and the alembic schema revisions."""

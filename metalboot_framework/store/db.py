@@ -23,7 +23,7 @@ from metalboot_framework.store.write_lock import WriteLock
 
 LOG = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "schema")
 BUSY_TIMEOUT_MS = 60000  # SQLite: how long a writer waits for the write lock
 WAL_AUTOCHECKPOINT = 1000  # SQLite's default: pages in the WAL before a commit checkpoints
 
@@ -168,7 +168,7 @@ class Database:
 
     def alembic_config(self, connection, password_key=None):
         cfg = alembic.config.Config()
-        cfg.set_main_option("script_location", MIGRATIONS_DIR)
+        cfg.set_main_option("script_location", SCHEMA_DIR)
         cfg.attributes["connection"] = connection
         # the revision that seals stored BMC passwords needs the key
         cfg.attributes["password_key"] = password_key

@@ -1,4 +1,4 @@
-"""Tables. Schema changes go through an alembic revision in migrations/versions."""
+"""Tables. Schema changes go through an alembic revision in schema/versions."""
 
 import datetime
 
@@ -35,7 +35,7 @@ class Partition(Base):
     properties: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     # Bumped by a trigger whenever what the boot server caches of this partition
-    # changes (store/migrations/versions/0006): its cache revalidates by it.
+    # changes (store/schema/versions/0006): its cache revalidates by it.
     revision: Mapped[int] = mapped_column(Integer, server_default="1")
     updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
 
@@ -69,7 +69,7 @@ class Machine(Base):
     drift_checked_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
     # Bumped by a trigger whenever what the boot server caches of this machine (NICs included)
-    # changes (store/migrations/versions/0006): its cache revalidates by it.
+    # changes (store/schema/versions/0006): its cache revalidates by it.
     revision: Mapped[int] = mapped_column(Integer, server_default="1")
     updated_at: Mapped[datetime.datetime | None] = mapped_column(DateTime)
 

@@ -114,11 +114,11 @@ class RedfishBootInterface(BootInterface):
             raise ValidationFailed(exc.message, fields={"[redfish] ipxe_efi_path": [
                 "missing or not an EFI binary"]}) from None
 
-    def iso_spec(self, services, partition_id):
-        return iso_mod.spec_for(services, partition_id, self.name)
+    def iso_spec(self, services, partition):
+        return iso_mod.spec_for(services, partition, self.name)
 
-    def ensure_iso(self, services, partition_id):
-        spec = self.iso_spec(services, partition_id)
+    def ensure_iso(self, services, partition):
+        spec = self.iso_spec(services, partition)
         return spec, iso_mod.ensure_iso(services.conf, spec)
 
     def reset(self, task, client):
@@ -131,7 +131,7 @@ class RedfishBootInterface(BootInterface):
         if iso_mod.ISO_NAME_RE.fullmatch(name or ""):
             spec, path = None, iso_mod.cached_path(services.conf, name)
             if path is None:
-                spec = self.iso_spec(services, partition.id)
+                spec = self.iso_spec(services, partition)
                 if spec.name != name:
                     return None
                 path = iso_mod.ensure_iso(services.conf, spec)

@@ -60,7 +60,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         uri = task.artifact_url(self.artifact_name(task.conf))
         base = (redfish_conf.get(task.conf).http_boot_base_url or "").rstrip("/")
         if base:  # the same path behind another front, e.g. TLS for the firmware
-            uri = base + uri[len(task.services.public_url):]
+            uri = base + uri[len(task.services.urls.base_url(task.partition)):]
         return uri
 
     def validate(self, task):
@@ -86,7 +86,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
 
     def ensure_artifact(self, task):
         if self.artifact_name(task.conf) == "ipxe.iso":
-            self.ensure_iso(task.services, task.partition.id)
+            self.ensure_iso(task.services, task.partition)
 
     def prepare(self, task):
         self.ensure_artifact(task)
@@ -108,7 +108,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
 
     def get_artifact(self, task, name):
         if name == "ipxe.iso":
-            _, path = self.ensure_iso(task.services, task.partition.id)
+            _, path = self.ensure_iso(task.services, task.partition)
             return Artifact(content_type="application/vnd.efi-iso", path=path)
         if name == "ipxe.efi":
             path = redfish_conf.get(task.conf).ipxe_efi_path

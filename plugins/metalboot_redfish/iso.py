@@ -59,14 +59,16 @@ def _environment(template_dir):
     return env
 
 
-def render_script(services, partition_id, interface):
-    """The autoexec.ipxe for a partition and interface (chains boot.ipxe by MAC)."""
+def render_script(services, partition, interface):
+    """The autoexec.ipxe for a partition (PartitionInfo) and interface (chains
+    boot.ipxe by MAC from the partition's boot URL)."""
     conf = services.conf
     opts = redfish_conf.get(conf)
     env = _environment(conf.artifacts.template_dir)
-    url = services.mac_boot_script_url(interface, mac_variable="${net${idx}/mac}")
+    url = services.mac_boot_script_url(interface, mac_variable="${net${idx}/mac}",
+                                       partition=partition)
     return env.get_template(opts.ipxe_script_template).render(
-        interface=interface, partition_id=partition_id, boot_script_url=url,
+        interface=interface, partition_id=partition.id, boot_script_url=url,
         configurators=list(opts.ipxe_configurators))
 
 
@@ -121,9 +123,9 @@ class IsoSpec:
         return f"ipxe-{self.digest}.iso"
 
 
-def spec_for(services, partition_id, interface):
+def spec_for(services, partition, interface):
     opts = redfish_conf.get(services.conf)
-    return IsoSpec(opts.ipxe_efi_path, render_script(services, partition_id, interface),
+    return IsoSpec(opts.ipxe_efi_path, render_script(services, partition, interface),
                    opts.iso_volume_label)
 
 

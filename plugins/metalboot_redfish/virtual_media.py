@@ -37,9 +37,10 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
                               Capability.VIRTUAL_MEDIA, Capability.IPV6, Capability.LAYER3})
     evidence_artifacts = ("boot.ipxe",)
 
-    def iso_url(self, services, partition_id):
-        spec = self.iso_spec(services, partition_id)
-        return services.partition_artifact_url(partition_id, self.name, spec.name)
+    def iso_url(self, services, partition):
+        spec = self.iso_spec(services, partition)
+        return services.partition_artifact_url(partition.id, self.name, spec.name,
+                                               partition=partition)
 
     def is_ours(self, image):
         """Whether a media URL is an ISO of this interface (any configuration)."""
@@ -87,11 +88,12 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
                     f"{k}: {', '.join(v)}" for k, v in fields.items()), fields=fields)
 
     def prepare(self, task):
-        self.ensure_iso(task.services, task.partition.id)
+        self.ensure_iso(task.services, task.partition)
 
     def activate(self, task):
-        spec, _ = self.ensure_iso(task.services, task.partition.id)
-        url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name)
+        spec, _ = self.ensure_iso(task.services, task.partition)
+        url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name,
+                                                   partition=task.partition)
         client = self.client(task)
         # read once: eject and insert act on it; other kinds are the operator's
         found = media.devices(client, cd_only=True)
@@ -113,7 +115,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
 
     def check_drift(self, task):
         client = self.client(task)
-        expected = self.iso_url(task.services, task.partition.id)
+        expected = self.iso_url(task.services, task.partition)
         drift = []
         state = client.boot_state()  # first: finding the media reuses this read
         devices = media.devices(client)

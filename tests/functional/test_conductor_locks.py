@@ -8,7 +8,7 @@ from sqlalchemy import update
 
 from metalboot_framework.store import models
 from metalboot_framework.store.db import Database
-from tests.conftest import machine_body
+from tests.conftest import hook_plugin_site, machine_body
 
 pytestmark = pytest.mark.functional
 
@@ -38,6 +38,38 @@ def test_a_leaked_lock_of_a_live_conductor_is_released(server_factory):
     assert r.status_code == 200, r.text
     assert "released 1 lock(s) of conductor-x on machines none of its workers runs" in \
         server.log()
+
+
+# Holds the answer to a DELETE that hands the machine to the conductor until the
+# conductor has cleaned it up and forgotten it (the hook of the request's
+# machine.deleting event runs after its commit and before its answer).
+SLOW_ANSWER = """
+import collections, threading
+from metalboot_framework import hookimpl
+
+deleted = collections.defaultdict(threading.Event)
+lock = threading.Lock()
+
+@hookimpl
+def metalboot_event(event):
+    with lock:
+        gone = deleted[event["machine_id"]]
+    if event["kind"] == "machine.deleted":
+        gone.set()
+    elif event["kind"] == "machine.deleting":
+        gone.wait(10)
+"""
+
+
+def test_a_deletion_the_conductor_finishes_first_still_answers_202(server_factory, tmp_path):
+    site = hook_plugin_site(tmp_path / "site", "slow_answer", SLOW_ANSWER)
+    server = server_factory(env={"PYTHONPATH": str(site)}).start()
+    assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    machine_id = server.register_enrolled([machine_body(1)])[0]
+    r = server.request("DELETE", f"/v1/machines/{machine_id}")
+    assert r.status_code == 202, r.text
+    assert (r.json()["id"], r.json()["state"]) == (machine_id, "deleting")
+    assert server.request("GET", f"/v1/machines/{machine_id}").status_code == 404
 
 
 def _wait_gone(server, machine_id, timeout=20):

@@ -6,7 +6,8 @@ state and admin token at ``~/.local/state/metalboot``, where the CLI looks),
 in a network namespace of the test's own, so that the README's fixed address
 ``127.0.0.1:6480`` is free and reaches only that server. The only commands not
 run are the README's install steps: the test runs in the environment it was
-installed in.
+installed in, or, when METALBOOT_TEST_VENV names one, in that virtual
+environment (.ci/wheel-check installs the built wheel there, as users get it).
 """
 
 import json
@@ -27,7 +28,9 @@ INSTALL = "pip install . && "
 START = INSTALL + "metalboot-server"
 FLOW = "A first migration, without hardware"
 MACHINES = ("4c4c4544-0000-1000-8000-000000000001", "4c4c4544-0000-1000-8000-000000000002")
-
+# the virtual environment whose console scripts the flow runs
+BIN = Path(os.environ["METALBOOT_TEST_VENV"], "bin") if os.environ.get(
+    "METALBOOT_TEST_VENV") else Path(sys.executable).parent
 
 
 def section(text, title):
@@ -113,7 +116,7 @@ def test_readme_first_flow_works_as_written(tmp_path):
     script.write_text(flow_script(README.read_text()))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("METALBOOT_", "XDG_", "OS_"))}
-    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
+    env.update(HOME=str(home), PATH=f"{BIN}:{env.get('PATH', '')}")
     started = time.monotonic()
     # a process group of its own: on a timeout the server goes with the script
     proc = subprocess.Popen(["unshare", "--net", "bash", str(script)], cwd=tmp_path, env=env,

@@ -193,8 +193,12 @@ def test_values_no_grammar_checked_are_quoted(services, conf, partition_info, ma
 def test_the_virtual_media_script_quotes_the_partition_id(services, pid):
     from metalboot_redfish import iso
     interface = "redfish-virtual-media-ipxe"
-    assert_same_commands(iso.render_script(services, pid, interface),
-                         iso.render_script(services, MARK, interface))
+    from metalboot_framework.task import PartitionInfo
+    assert_same_commands(
+        iso.render_script(services, PartitionInfo(pid, None, None, "", None, None, {}),
+                          interface),
+        iso.render_script(services, PartitionInfo(MARK, None, None, "", None, None, {}),
+                          interface))
 
 
 @pytest.fixture

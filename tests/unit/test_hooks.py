@@ -242,3 +242,49 @@ def test_veto_reasons_name_their_plugin_and_a_failing_veto_is_no_answer(services
     assert services.hooks.veto_reasons(machine={"id": "m1"}, migration={"id": "x"}) == [
         ("allocation", "m1 is allocated")]
     assert "Broken.metalboot_veto_machine failed" in caplog.text
+
+
+def test_a_veto_wrapper_runs_once_around_every_answer(services):
+    calls = []
+
+    class Allocated:
+        @hookimpl
+        def metalboot_veto_machine(self, machine):
+            return f"{machine['id']} is allocated"
+
+    class Maintenance:
+        @hookimpl
+        def metalboot_veto_machine(self, machine):
+            return "in maintenance"
+
+    class Counting:
+        @hookimpl(wrapper=True)
+        def metalboot_veto_machine(self, machine):
+            answers = yield
+            calls.append(list(answers))
+            return answers
+
+    for plugin, name in ((Allocated(), "allocation"), (Maintenance(), "maintenance"),
+                         (Counting(), "counting")):
+        services.hooks.pm.register(plugin, name=name)
+    assert services.hooks.veto_reasons(machine={"id": "m1"}, migration={"id": "x"}) == [
+        ("maintenance", "in maintenance"), ("allocation", "m1 is allocated")]
+    assert calls == [["in maintenance", "m1 is allocated"]]
+
+
+def test_a_veto_wrapper_decides_the_answers(services):
+    class Allocated:
+        @hookimpl
+        def metalboot_veto_machine(self, machine):
+            return "allocated"
+
+    class Overruling:
+        @hookimpl(wrapper=True)
+        def metalboot_veto_machine(self):
+            yield
+            return ["frozen fleet"]
+
+    services.hooks.pm.register(Allocated(), name="allocation")
+    services.hooks.pm.register(Overruling(), name="overruling")
+    assert services.hooks.veto_reasons(machine={"id": "m1"}, migration={"id": "x"}) == [
+        ("overruling", "frozen fleet")]

@@ -19,6 +19,12 @@ HTTP = "redfish-http-url"
 VMEDIA = "redfish-virtual-media-ipxe"
 
 
+def partition_info(partition_id):
+    """A partition with no boot configuration, as the ISO reads it."""
+    from metalboot_framework.task import PartitionInfo
+    return PartitionInfo(partition_id, None, None, "", None, None, {})
+
+
 def test_http_url_full_cycle(sushy_emulator_with_http_boot_uri, redfish_services):
     s, bystander = fake_system("m1"), fake_system("m2")
     emu = sushy_emulator_with_http_boot_uri([s, bystander])
@@ -165,7 +171,7 @@ def test_virtual_media_full_cycle(sushy_emulator_with_http_boot_uri, redfish_ser
     iface.prepare(task)
     iface.activate(task)
 
-    spec = iface.iso_spec(services, "p1")
+    spec = iface.iso_spec(services, partition_info("p1"))
     iso_url = services.partition_artifact_url("p1", VMEDIA, spec.name)
     cd = emu.media(s["uuid"])["Cd"]
     assert cd["Inserted"] is True and cd["Image"] == iso_url
@@ -198,12 +204,12 @@ def test_virtual_media_full_cycle(sushy_emulator_with_http_boot_uri, redfish_ser
 def test_virtual_media_iso_cached_per_partition(redfish_services):
     services = redfish_services()
     iface = services.interfaces.get(VMEDIA)
-    spec1, path1 = iface.ensure_iso(services, "p1")
+    spec1, path1 = iface.ensure_iso(services, partition_info("p1"))
     mtime = __import__("os").stat(path1).st_mtime_ns
-    spec1b, path1b = iface.ensure_iso(services, "p1")
+    spec1b, path1b = iface.ensure_iso(services, partition_info("p1"))
     assert (spec1b.name, path1b) == (spec1.name, path1)
     assert __import__("os").stat(path1).st_mtime_ns == mtime
-    spec2, path2 = iface.ensure_iso(services, "p2")
+    spec2, path2 = iface.ensure_iso(services, partition_info("p2"))
     assert spec2.name != spec1.name and path2 != path1
     from metalboot_framework.task import PartitionInfo
     p1 = PartitionInfo("p1", None, None, "", None, None, {})

@@ -14,6 +14,12 @@ from metalboot_framework.services import Services
 VMEDIA = "redfish-virtual-media-ipxe"
 
 
+def partition_info(partition_id):
+    """A partition with no boot configuration, as the ISO reads it."""
+    from metalboot_framework.task import PartitionInfo
+    return PartitionInfo(partition_id, None, None, "", None, None, {})
+
+
 @pytest.fixture
 def services(tmp_path):
     svc = Services.from_conf(make_conf(tmp_path / "state"))
@@ -42,7 +48,7 @@ def test_ipxe_binary_for_tests_is_present():
 
 def test_iso_layout(tmp_path, services):
     iface = services.interfaces.get(VMEDIA)
-    spec, path = iface.ensure_iso(services, "p1")
+    spec, path = iface.ensure_iso(services, partition_info("p1"))
     iso = pycdlib.PyCdlib()
     iso.open(path)
     try:
@@ -77,24 +83,24 @@ def test_iso_layout(tmp_path, services):
 
 def test_iso_is_cached_by_content(tmp_path, services):
     iface = services.interfaces.get(VMEDIA)
-    spec1, path1 = iface.ensure_iso(services, "p1")
+    spec1, path1 = iface.ensure_iso(services, partition_info("p1"))
     assert os.path.dirname(path1) == os.path.join(services.conf.artifacts.cache_dir,
                                                   "metalboot_redfish")
-    spec_again = iface.iso_spec(services, "p1")
+    spec_again = iface.iso_spec(services, partition_info("p1"))
     assert spec_again.name == spec1.name
     services.conf.set_override("ipxe_configurators", ["ipv6", "dhcp"], group="redfish")
-    spec2, path2 = iface.ensure_iso(services, "p1")
+    spec2, path2 = iface.ensure_iso(services, partition_info("p1"))
     assert spec2.name != spec1.name and os.path.exists(path1) and os.path.exists(path2)
     assert "ifconf -c dhcp net${idx}" in spec2.script
     # the http-url interface's ISO chains its own interface's boot.ipxe
-    http_spec = services.interfaces.get("redfish-http-url").iso_spec(services, "p1")
+    http_spec = services.interfaces.get("redfish-http-url").iso_spec(services, partition_info("p1"))
     assert "/redfish-http-url/boot.ipxe" in http_spec.script and http_spec.name != spec2.name
 
 
 def test_missing_ipxe_binary_is_named(tmp_path, services):
     services.conf.set_override("ipxe_efi_path", str(tmp_path / "nope.efi"), group="redfish")
     with pytest.raises(BootInterfaceError) as exc:
-        services.interfaces.get(VMEDIA).ensure_iso(services, "p1")
+        services.interfaces.get(VMEDIA).ensure_iso(services, partition_info("p1"))
     assert "ipxe_efi_path" in str(exc.value) and "nope.efi" in str(exc.value)
 
 
@@ -103,5 +109,19 @@ def test_template_override_from_artifacts_template_dir(tmp_path, services):
     tdir.mkdir()
     (tdir / "autoexec.ipxe.j2").write_text("#!ipxe\n# custom\nchain {{ boot_script_url }}\n")
     services.conf.set_override("template_dir", str(tdir), group="artifacts")
-    spec = services.interfaces.get(VMEDIA).iso_spec(services, "p1")
+    spec = services.interfaces.get(VMEDIA).iso_spec(services, partition_info("p1"))
     assert spec.script.startswith("#!ipxe\n# custom\nchain http://[fd00:b007::1]:6480/boot/mac/")
+
+
+def test_iso_chains_from_the_partitions_boot_agents(services):
+    """A partition with a boot_url (its agents' anycast address) gets an ISO
+    whose iPXE script chains boot.ipxe from there, not from the API."""
+    from metalboot_framework.task import PartitionInfo
+    iface = services.interfaces.get(VMEDIA)
+    agents = PartitionInfo("p1", None, None, "", None, None, {},
+                           boot_url="http://[2001:db8:0:b::1]:6481/")
+    spec = iface.iso_spec(services, agents)
+    assert "chain http://[2001:db8:0:b::1]:6481/boot/mac/${net${idx}/mac}/" in spec.script
+    assert spec.name != iface.iso_spec(services, partition_info("p1")).name
+    assert iface.iso_url(services, agents).startswith(
+        "http://[2001:db8:0:b::1]:6481/boot/partitions/p1/")
