@@ -134,9 +134,12 @@ from metalboot_framework.conf import CONF
 from metalboot_framework.services import Services
 CONF(["--config-file", sys.argv[1]], project="metalboot")
 services = Services.from_conf(CONF, upgrade=False)
+from metalboot_framework import artifacts
+with services.db.read_conn() as conn:
+    partition = artifacts.load_partitions(conn, [sys.argv[2]])[sys.argv[2]]
 iface = services.interfaces.get(sys.argv[3])
-spec, path = iface.ensure_iso(services, sys.argv[2])
-print(iface.iso_url(services, sys.argv[2]))
+spec, path = iface.ensure_iso(services, partition)
+print(iface.iso_url(services, partition))
 print(path)
 """
 
