@@ -19,7 +19,6 @@ agent.
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -30,18 +29,20 @@ import time
 import requests
 
 from benchmarks import bootstorm
-from benchmarks.common import (SUMMARY_HEADER, cpu_seconds, fmt, free_port, loadavg,
-                               partition_iso, percentile, table, verdict, wait_http,
+from benchmarks.common import (SUMMARY_HEADER, MetalbootServer, cpu_seconds, fmt, free_port,
+                               loadavg, partition_iso, percentile, table, verdict, wait_http,
                                with_children)
 
 PARTITION = "bench"
 BOOT_URL = "http://boot.bench.example:6481"  # the partition's anycast URL (not dialled)
 
 
-class Agent:
-    """metalboot-boot-agent on 127.0.0.1 with a token of the bench partition."""
+class Agent(MetalbootServer):
+    """metalboot-boot-agent on 127.0.0.1 with a token of the bench partition
+    (stopped like a MetalbootServer, its directory removed)."""
 
-    def __init__(self, server, token, name="agent-a"):
+    def __init__(self, server, token, name="agent-a"):  # not super().__init__
+        self._own_dir = True
         self.dir = tempfile.mkdtemp(prefix=f"metalboot-bench-{name}-")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -78,16 +79,6 @@ class Agent:
                 raise RuntimeError(f"journal not delivered after {timeout} s")
             time.sleep(0.2)
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def agent_token(server):
@@ -144,10 +135,7 @@ def storm(server, paths, iso, iso_path, work, connections, duration, range_kib):
     for kind, label in (("scripts", f"boot.ipxe of {len(paths)} machines"),
                         ("iso", f"ISO ({size / 1e6:.1f} MB) in {range_kib} KiB ranges")):
         m, n = results[kind]
-        for r in results[kind]:
-            rows.append((label, r["name"], r["requests"], fmt(r["rps"]), fmt(r["mbps"]),
-                         fmt(r["p50"], " ms"), fmt(r["p99"], " ms"), r["errors"],
-                         fmt(r["server_cores"]), fmt(r["wrk_cores"])))
+        rows += [bootstorm.result_row(label, r) for r in results[kind]]
         key, target, unit = targets[kind]
         ratio = m[key] / n[key]
         summary.append(("agent storm", f"{kind}: {unit} ({connections} conns)", fmt(m[key]),
@@ -155,8 +143,7 @@ def storm(server, paths, iso, iso_path, work, connections, duration, range_kib):
                         verdict(ratio >= target)))
     table(f"Boot storm against one metalboot-boot-agent and nginx (1 worker): wrk, "
           f"{connections} connections, {2 * duration} s scripts, {duration} s ISO",
-          ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
-           "server cores", "wrk cores"], rows)
+          bootstorm.STORM_COLUMNS, rows)
     # wrk counts answers other than 2xx and 3xx among its requests (and as errors)
     answered = results["scripts"][0]["requests"] - results["scripts"][0]["errors"]
     print(f"evidence: {stored} rows stored by the API for {answered} successful answers wrk "
@@ -231,11 +218,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, changes=50,
         rest_seconds=20, quick=False):
     if quick:
         count, connections, duration, changes, rest_seconds = 300, 50, 2, 5, 2
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"{tool} not found (Debian: apt-get install wrk nginx-light)")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    bootstorm.prepare_host()
     work = tempfile.mkdtemp(prefix="metalboot-bench-agent-")
     os.chmod(work, 0o755)  # nginx's worker runs as www-data
     load = loadavg()
