@@ -199,6 +199,30 @@ def test_api_away_sigkill_and_restart_lose_nothing_and_store_once(world):
         assert len(evidence(api, machine_id)) == 6, machine_id
 
 
+def test_two_agents_of_one_partition_each_delivered_once(world, tmp_path):
+    """Two agents of one partition number their journals alike (1, 2, ...):
+    the API keeps both, told apart by the agents' ids; one killed, the other
+    serves on, and the killed one delivers what it answered when restarted."""
+    api, ids, token, first = world(4)
+    second = AgentProcess(tmp_path / "agent-b", api.url, token, agent_id="agent-b")
+    first.start()
+    second.start()
+    try:
+        signer = signer_of(api)
+        paths = [_script_path(signer, m) for m in ids]
+        assert _fetch_all(first, paths) == [200] * len(ids)
+        first.stop(signal.SIGKILL)
+        assert _fetch_all(second, paths * 2) == [200] * (2 * len(ids))
+        second.wait_delivered()
+        first.start()
+        first.wait_delivered()
+    finally:
+        second.stop()
+    for machine_id in ids:
+        assert [(e["kind"], e["path"]) for e in evidence(api, machine_id)] == \
+            [("fetch", "boot.ipxe")] * 3, machine_id
+
+
 def test_restart_without_the_api_and_an_old_snapshot_answers_503(world):
     api, ids, _, agent = world(2, agent_extra="[agent]\nmax_staleness = 2\n")
     agent.start()
