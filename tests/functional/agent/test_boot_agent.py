@@ -223,6 +223,25 @@ def test_two_agents_of_one_partition_each_delivered_once(world, tmp_path):
             [("fetch", "boot.ipxe")] * 3, machine_id
 
 
+def test_one_agent_of_two_partitions_with_a_token_each(world, tmp_path):
+    api, ids, token, _ = world(2)
+    port = free_port()
+    others, other_token = setup_partition(api, 2, agent_url(port), partition="p2", first=11)
+    agent = AgentProcess(tmp_path / "agent-p1-p2", api.url, f"p1 {token}\np2 {other_token}",
+                         port=port, partitions=("p1", "p2"))
+    agent.start()
+    try:
+        signer = signer_of(api)
+        assert _fetch_all(agent, [_script_path(signer, m) for m in ids + others]) == [200] * 4
+        health = agent.wait_delivered()
+        assert [(p["id"], p["machines"]) for p in health["partitions"]] == \
+            [("p1", 2), ("p2", 2)]
+    finally:
+        agent.stop()
+    for machine_id in ids + others:
+        assert [e["kind"] for e in evidence(api, machine_id)] == ["fetch"], machine_id
+
+
 def test_restart_without_the_api_and_an_old_snapshot_answers_503(world):
     api, ids, _, agent = world(2, agent_extra="[agent]\nmax_staleness = 2\n")
     agent.start()
