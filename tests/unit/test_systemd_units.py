@@ -23,8 +23,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UNITS_DIR = ROOT / "etc" / "systemd"
 UNITS = sorted(p.name for p in UNITS_DIR.glob("*.service"))
-SERVICES = ["metalboot-api.service", "metalboot-boot-server.service",
-            "metalboot-conductor.service"]
+SERVICES = ["metalboot-api.service", "metalboot-boot-agent.service",
+            "metalboot-boot-server.service", "metalboot-conductor.service"]
 INSTALL_PREFIX = "/opt/metalboot/bin/"
 KEA_SIGNAL_DROP_IN = (UNITS_DIR / "drop-ins" / "metalboot-conductor.service.d"
                       / "kea-reload-signal.conf")
@@ -78,8 +78,10 @@ def test_exec_start_is_an_installed_console_script(name):
                if ep.dist is not None and ep.dist.name == "metalboot"}
     assert script in scripts
     installed = pathlib.Path(sysconfig.get_path("scripts")) / script
-    # pip made it, and it starts (the configuration file is its only argument)
-    assert argv[1:] == ["--config-file", "/etc/metalboot/metalboot.conf"]
+    # pip made it, and it starts (the configuration file is its only argument: the
+    # control plane's, or the agent's own, which has no [database])
+    conf = "agent.conf" if script == "metalboot-boot-agent" else "metalboot.conf"
+    assert argv[1:] == ["--config-file", f"/etc/metalboot/{conf}"]
     out = subprocess.run([str(installed), "--help"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
