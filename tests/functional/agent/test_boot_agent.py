@@ -248,16 +248,25 @@ def test_restart_without_the_api_and_an_old_snapshot_answers_503(world):
     path = _script_path(signer_of(api), ids[0])
     assert agent.get(path).status_code == 200
     time.sleep(1.5)  # the snapshot (and the contact) is written within a second
-    assert agent.stop() == 0
+    # the API away for longer than max_staleness: the running agent stops serving
     assert api.stop() == 0
-    time.sleep(2.5)  # older than max_staleness now
+    deadline = time.monotonic() + 10
+    while agent.healthz().status_code == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert agent.get(path).status_code == 503
+    assert "max_staleness" in agent.healthz().json()["reason"]
+    # restarted with only that old snapshot on disk: 503 with the reason
+    assert agent.stop() == 0
     agent.start(fresh=False)
     health = agent.healthz()
     assert health.status_code == 503
-    assert health.json()["fresh"] is False and "max_staleness" in health.json()["reason"]
+    assert health.json()["fresh"] is False and "on disk" in health.json()["reason"]
+    assert "max_staleness" in health.json()["reason"]
     refused = agent.get(path)
     assert refused.status_code == 503
     assert "partition p1" in refused.json()["error"]["message"]
+    assert refused.headers["Retry-After"] == "5"
     # the API back: fresh again, and served
     api.start()
     deadline = time.monotonic() + 30
