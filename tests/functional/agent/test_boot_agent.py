@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from benchmarks.common import partition_iso
-from tests.conftest import free_port, signer_of
+from tests.conftest import free_port, machine_body, signer_of
 from tests.functional.agent.agent_process import (
     AGENT, INTERFACES, AgentProcess, agent_url, evidence, setup_partition)
 from tests.functional.test_migrations import migrate, wait_for
@@ -77,6 +77,14 @@ def test_serves_what_the_api_registered_and_follows_a_change_within_a_second(wor
     changed = time.monotonic()
     while "console=ttyS1" not in agent.get(path).text:
         assert time.monotonic() - changed < 1.0, "the change was not served within 1 s"
+        time.sleep(0.01)
+
+    # a machine registered while the agent runs is served as soon
+    r = api.request("POST", "/v1/machines", json=[machine_body(9)])
+    assert r.status_code == 201, r.text
+    registered, new = time.monotonic(), _script_path(signer, machine_body(9)["id"])
+    while agent.get(new).status_code != 200:
+        assert time.monotonic() - registered < 1.0, "not served within 1 s"
         time.sleep(0.01)
 
     report = requests.post(f"{agent.url}/v1/machines/{ids[0]}/boot-report",
