@@ -46,22 +46,43 @@ class ApiClient:
             session.headers["User-Agent"] = f"metalboot-boot-agent/{__version__}"
         return session
 
-    def token(self, reread=False):
+    def token(self, partition=None, reread=False):
+        """The token for ``partition``: the file holds one token, or one line
+        ``<partition> <token>`` per partition (a token is valid for one
+        partition only), or both (the lone token for the others)."""
         if self._token is None or reread:
-            try:
-                with open(self.token_file, encoding="utf-8") as f:
-                    self._token = f.read().strip()
-            except OSError as exc:
-                raise ApiError(f"cannot read [agent] token_file {self.token_file}: "
-                               f"{exc.strerror}") from None
-        return self._token
+            self._token = self._read_tokens()
+        found = self._token.get(partition) or self._token.get(None)
+        if not found:
+            raise ApiError(f"[agent] token_file {self.token_file} has no token for "
+                           f"partition {partition}")
+        return found
 
-    def _call(self, method, path, timeout=None, stream=False, **kw):
-        """The response of a call (2xx or 404/410); ApiError for anything else.
-        A 401 is tried once more with the token file read again."""
-        url = self.base_url + path
+    def _read_tokens(self):
+        try:
+            with open(self.token_file, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise ApiError(f"cannot read [agent] token_file {self.token_file}: "
+                           f"{exc.strerror}") from None
+        tokens = {}
+        for line in lines:
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            if len(words) == 1:
+                tokens[None] = words[0]
+            else:
+                tokens[words[0]] = words[1]
+        return tokens
+
+    def _call(self, method, partition, path, timeout=None, stream=False, **kw):
+        """The response of a call about ``partition`` (2xx; NotThere for a 404,
+        Gone for a 410); ApiError for anything else. A 401 is tried once more
+        with the token file read again."""
+        url = f"{self.base_url}/v1/partitions/{partition}/boot-data{path}"
         for attempt in range(2):
-            headers = {"Authorization": f"Bearer {self.token(reread=attempt > 0)}"}
+            headers = {"Authorization": f"Bearer {self.token(partition, attempt > 0)}"}
             try:
                 r = self._session().request(method, url, headers=headers, stream=stream,
                                             timeout=timeout or self.timeout, **kw)
@@ -80,23 +101,20 @@ class ApiClient:
         raise AssertionError("unreachable")
 
     def boot_data(self, partition):
-        return self._call("GET", f"/v1/partitions/{partition}/boot-data").json()
+        return self._call("GET", partition, "").json()
 
     def changes(self, partition, since, wait):
-        return self._call("GET", f"/v1/partitions/{partition}/boot-data/changes",
-                          params={"since": since, "wait": wait},
+        return self._call("GET", partition, "/changes", params={"since": since, "wait": wait},
                           timeout=self.timeout + wait).json()
 
     def deliver(self, partition, agent, journal, records):
-        return self._call("POST", f"/v1/partitions/{partition}/boot-data/evidence",
-                          json={"agent": agent, "journal": journal,
-                                "records": records}).json()
+        return self._call("POST", partition, "/evidence",
+                          json={"agent": agent, "journal": journal, "records": records}).json()
 
     def download(self, partition, interface, name, path):
         """Write the partition artifact to ``path`` (via a temporary file,
         fsync'ed) if its SHA-256 is the one the API sent; its Content-Type."""
-        r = self._call("GET", f"/v1/partitions/{partition}/boot-data/artifacts/"
-                              f"{interface}/{name}", stream=True)
+        r = self._call("GET", partition, f"/artifacts/{interface}/{name}", stream=True)
         expected = _expected_digest(r.headers)
         digest = hashlib.sha256()
         tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"

@@ -207,11 +207,12 @@ class Replica:
         for machine_id in list(data.machines):
             self._drop_machine(data, machine_id)
         data.interfaces = document.get("interfaces") or []
-        data.cursor = document["cursor"]
+        data.cursor = None  # until the snapshot is in: a failed load is taken again
         data.machines = {}
         data.record, data.info = document["partition"], partition_info(document["partition"])
         for record in document["machines"]:
             self._put_machine(data, record)
+        data.cursor = document["cursor"]
         data.source = source
         data.dirty = source == "api"
         missing = set(data.interfaces) - set(self.services.interfaces.names())
@@ -326,7 +327,15 @@ class Replica:
                             data.disk_note)
                 data.contact = None
                 continue
-            self.load(data, document, "disk")
+            try:
+                self.load(data, document, "disk")
+            except (KeyError, TypeError, ValueError) as exc:
+                LOG.warning("cannot read the saved boot data of partition %s: %s: %s",
+                            data.id, type(exc).__name__, exc)
+                for machine_id in list(data.machines):
+                    self._drop_machine(data, machine_id)
+                data.record = data.info = data.contact = data.cursor = data.source = None
+                continue
             LOG.info("partition %s: serving the boot data on disk (%d machines, %.0f s old) "
                      "until the API answers", data.id, len(data.machines), age)
 
@@ -391,8 +400,10 @@ class Replica:
                 LOG.info("partition %s: the change feed no longer has cursor %s (%s): "
                          "loading a new snapshot", data.id, data.cursor, exc)
                 data.cursor, data.source = None, None
-            except (ApiError, KeyError, TypeError, ValueError) as exc:
-                if data.error is None:
+            except Exception as exc:  # the follower must not end: the data would age
+                if not isinstance(exc, ApiError):
+                    LOG.exception("partition %s: cannot apply the API's answer", data.id)
+                elif data.error is None:
                     LOG.warning("partition %s: cannot read the boot data from the API "
                                 "(serving what this agent has until it answers): %s",
                                 data.id, exc)

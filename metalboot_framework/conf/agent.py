@@ -17,9 +17,11 @@ opts = [
                     "control plane the agent reaches."),
     cfg.StrOpt("token_file",
                help="File holding the partition's agent token (made by `metalboot "
-                    "partitions agent-token create P`). Read at start and again "
-                    "whenever the API answers 401, so a rotated token is picked up "
-                    "without a restart."),
+                    "partitions agent-token create P`), or, for an agent of several "
+                    "partitions, a line '<partition> <token>' for each (a token is "
+                    "valid for one partition). Read at start and again whenever the "
+                    "API answers 401, so a rotated token is picked up without a "
+                    "restart."),
     cfg.ListOpt("partitions", default=[],
                 help="The partitions this agent serves (one or more)."),
     cfg.StrOpt("listen", default="[::]:6481",

@@ -51,7 +51,7 @@ def client(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("old\n")
     api = ApiClient(f"http://127.0.0.1:{server.server_address[1]}", str(token_file))
-    assert api.token() == "old"
+    assert api.token("p1") == "old"
     token_file.write_text("rotated\n")  # rotated while the agent runs
     yield api
     server.shutdown()
@@ -63,7 +63,7 @@ def test_artifact_kept_when_its_digest_matches(client, tmp_path, name):
     path = tmp_path / name
     assert client.download("p1", "iface", name, str(path)) == "application/x-iso9660-image"
     assert path.read_bytes() == BODY
-    assert client.token() == "rotated"  # read again after the 401
+    assert client.token("p1") == "rotated"  # read again after the 401
 
 
 @pytest.mark.parametrize("name, message", [("bad.iso", "SHA-256"),
@@ -73,6 +73,17 @@ def test_artifact_refused_without_its_digest(client, tmp_path, name, message):
     with pytest.raises(ApiError, match=message):
         client.download("p1", "iface", name, str(path))
     assert list(tmp_path.iterdir()) == [tmp_path / "token"]  # nothing kept, no temporary
+
+
+def test_a_token_per_partition(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("# agents of rack row 1\np1 one\np2  two\n")
+    api = ApiClient("http://127.0.0.1:9", str(token_file))
+    assert (api.token("p1"), api.token("p2")) == ("one", "two")
+    with pytest.raises(ApiError, match="no token for partition p3"):
+        api.token("p3")
+    token_file.write_text("p1 one\nfallback\n")
+    assert api.token("p3", reread=True) == "fallback"
 
 
 def test_missing_artifact(client, tmp_path):

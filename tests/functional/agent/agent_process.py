@@ -19,9 +19,10 @@ def agent_url(port):
     return f"http://[::1]:{port}"
 
 
-def setup_partition(api, count, boot_url, partition="p1", properties=None, enrolled=False):
-    """A partition booting from ``boot_url``, ``count`` machines and an agent
-    token of the partition: (machine ids, token)."""
+def setup_partition(api, count, boot_url, partition="p1", properties=None, enrolled=False,
+                    first=1):
+    """A partition booting from ``boot_url``, ``count`` machines (numbered
+    from ``first``) and an agent token of the partition: (machine ids, token)."""
     r = api.request("POST", "/v1/partitions", json={"id": partition, "boot": {
         "kernel_url": "http://images.example/metal-hammer/vmlinuz",
         "initrd_url": "http://images.example/metal-hammer/initrd.img",
@@ -29,7 +30,7 @@ def setup_partition(api, count, boot_url, partition="p1", properties=None, enrol
         "boot_url": boot_url}})
     assert r.status_code == 201, r.text
     bodies = [machine_body(i, partition=partition, properties=dict(properties or {}))
-              for i in range(1, count + 1)]
+              for i in range(first, first + count)]
     if enrolled:
         ids = api.register_enrolled(bodies)
     else:

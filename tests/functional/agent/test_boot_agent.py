@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from benchmarks.common import partition_iso
-from tests.conftest import free_port, signer_of
+from tests.conftest import free_port, machine_body, signer_of
 from tests.functional.agent.agent_process import (
     AGENT, INTERFACES, AgentProcess, agent_url, evidence, setup_partition)
 from tests.functional.test_migrations import migrate, wait_for
@@ -78,6 +78,14 @@ def test_serves_what_the_api_registered_and_follows_a_change_within_a_second(wor
     changed = time.monotonic()
     while "console=ttyS1" not in agent.get(path).text:
         assert time.monotonic() - changed < 1.0, "the change was not served within 1 s"
+        time.sleep(0.01)
+
+    # a machine registered while the agent runs is served as soon
+    r = api.request("POST", "/v1/machines", json=[machine_body(9)])
+    assert r.status_code == 201, r.text
+    registered, new = time.monotonic(), _script_path(signer, machine_body(9)["id"])
+    while agent.get(new).status_code != 200:
+        assert time.monotonic() - registered < 1.0, "not served within 1 s"
         time.sleep(0.01)
 
     report = requests.post(f"{agent.url}/v1/machines/{ids[0]}/boot-report",
@@ -202,22 +210,74 @@ def test_api_away_sigkill_and_restart_lose_nothing_and_store_once(world):
         assert len(evidence(api, machine_id)) == 6, machine_id
 
 
+def test_two_agents_of_one_partition_each_delivered_once(world, tmp_path):
+    """Two agents of one partition number their journals alike (1, 2, ...):
+    the API keeps both, told apart by the agents' ids; one killed, the other
+    serves on, and the killed one delivers what it answered when restarted."""
+    api, ids, token, first = world(4)
+    second = AgentProcess(tmp_path / "agent-b", api.url, token, agent_id="agent-b")
+    first.start()
+    second.start()
+    try:
+        signer = signer_of(api)
+        paths = [_script_path(signer, m) for m in ids]
+        assert _fetch_all(first, paths) == [200] * len(ids)
+        first.stop(signal.SIGKILL)
+        assert _fetch_all(second, paths * 2) == [200] * (2 * len(ids))
+        second.wait_delivered()
+        first.start()
+        first.wait_delivered()
+    finally:
+        second.stop()
+    for machine_id in ids:
+        assert [(e["kind"], e["path"]) for e in evidence(api, machine_id)] == \
+            [("fetch", "boot.ipxe")] * 3, machine_id
+
+
+def test_one_agent_of_two_partitions_with_a_token_each(world, tmp_path):
+    api, ids, token, _ = world(2)
+    port = free_port()
+    others, other_token = setup_partition(api, 2, agent_url(port), partition="p2", first=11)
+    agent = AgentProcess(tmp_path / "agent-p1-p2", api.url, f"p1 {token}\np2 {other_token}",
+                         port=port, partitions=("p1", "p2"))
+    agent.start()
+    try:
+        signer = signer_of(api)
+        assert _fetch_all(agent, [_script_path(signer, m) for m in ids + others]) == [200] * 4
+        health = agent.wait_delivered()
+        assert [(p["id"], p["machines"]) for p in health["partitions"]] == \
+            [("p1", 2), ("p2", 2)]
+    finally:
+        agent.stop()
+    for machine_id in ids + others:
+        assert [e["kind"] for e in evidence(api, machine_id)] == ["fetch"], machine_id
+
+
 def test_restart_without_the_api_and_an_old_snapshot_answers_503(world):
     api, ids, _, agent = world(2, agent_extra="[agent]\nmax_staleness = 2\n")
     agent.start()
     path = _script_path(signer_of(api), ids[0])
     assert agent.get(path).status_code == 200
     time.sleep(1.5)  # the snapshot (and the contact) is written within a second
-    assert agent.stop() == 0
+    # the API away for longer than max_staleness: the running agent stops serving
     assert api.stop() == 0
-    time.sleep(2.5)  # older than max_staleness now
+    deadline = time.monotonic() + 10
+    while agent.healthz().status_code == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert agent.get(path).status_code == 503
+    assert "max_staleness" in agent.healthz().json()["reason"]
+    # restarted with only that old snapshot on disk: 503 with the reason
+    assert agent.stop() == 0
     agent.start(fresh=False)
     health = agent.healthz()
     assert health.status_code == 503
-    assert health.json()["fresh"] is False and "max_staleness" in health.json()["reason"]
+    assert health.json()["fresh"] is False and "on disk" in health.json()["reason"]
+    assert "max_staleness" in health.json()["reason"]
     refused = agent.get(path)
     assert refused.status_code == 503
     assert "partition p1" in refused.json()["error"]["message"]
+    assert refused.headers["Retry-After"] == "5"
     # the API back: fresh again, and served
     api.start()
     deadline = time.monotonic() + 30
