@@ -62,6 +62,11 @@ class Agent(MetalbootServer):
             stdout=self.log, stderr=subprocess.STDOUT)
         try:
             wait_http(self.url + "/healthz", self.proc, timeout=300)
+            deadline = time.monotonic() + 300
+            while self.health().get("fresh") is not True:  # its data is loaded
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"agent {name} not fresh after 300 s")
+                time.sleep(0.1)
         except BaseException:
             self.stop()
             raise
@@ -113,7 +118,8 @@ def storm(server, paths, iso, iso_path, work, connections, duration, range_kib):
         nginx = bootstorm.Nginx(root)
         for path in (paths[0], paths[-1], iso):  # the same bytes at the same paths
             a, b = requests.get(agent.url + path), requests.get(nginx.url + path)
-            assert a.status_code == b.status_code == 200 and a.content == b.content, path
+            assert a.status_code == b.status_code == 200 and a.content == b.content, \
+                (path, a.status_code, b.status_code, a.content[:300])
         before = bootstorm.evidence_count(server)
         for kind, paths_file, rng, seconds in (
                 ("scripts", scripts_file, 0, 2 * duration),
