@@ -277,10 +277,12 @@ class MockRedfishBmc:
                             with bmc.lock:
                                 bmc.faults.append((self.command, path, "late", None))
                             time.sleep(seconds)
-                    self.reply(status, answer, headers)
                 finally:
+                    # ended before the answer leaves: a client that has it may
+                    # send its next request before this thread runs again
                     with bmc.lock:
                         bmc.active -= 1
+                self.reply(status, answer, headers)
 
             do_GET = do_PATCH = do_POST = handle_any
 
@@ -616,8 +618,11 @@ def vendor_bmc():
             pass
 
 
-FAST_BMC = dict(connect_timeout=1.0, read_timeout=2.0, retry_attempts=3, retry_interval=0.01,
-                retry_max_interval=0.05, power_poll_interval=0.01, power_timeout=2.0,
+# Short waits between attempts; the timeouts of an answer and of a power change
+# are those of a loaded test host (2 s made a slow answer a retried PATCH),
+# and tests of a timeout set their own.
+FAST_BMC = dict(connect_timeout=1.0, read_timeout=10.0, retry_attempts=3, retry_interval=0.01,
+                retry_max_interval=0.05, power_poll_interval=0.01, power_timeout=10.0,
                 post_retry_interval=0.02, post_retry_timeout=2.0)
 
 
