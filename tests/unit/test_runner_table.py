@@ -117,7 +117,8 @@ def world(conf):
     services.hooks.pm.register(Vetoer(), name="vetoer")
     app = create_app(services)
     httpd = make_server("127.0.0.1", port, app, threaded=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                     daemon=True).start()
     conductor = manager_mod.Conductor(services)
     conductor.start()
     api = ApiClient(app.test_client())

@@ -93,6 +93,7 @@ class FaultInjectingProxy:
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                        kwargs={"poll_interval": 0.02},
                                         name="fault-injecting-proxy")
 
     def start(self):
