@@ -356,18 +356,31 @@ def bearer_token(authorization):
     return token.strip()
 
 
-def check_report(services, conn, machine_id, token, boot_interface):
-    """Raise unless a boot report of ``machine_id`` with ``token`` may be
-    recorded; whether ``token`` is the machine's own (False: its unbound token,
-    the report is unverified evidence)."""
-    services.interfaces.require(boot_interface)  # the token is bound to one
+def authenticate_report(services, conn, machine_id, token):
+    """{interface: whether ``token`` is the machine's own (False: its unbound
+    token)} for every enabled interface the token is the machine's for;
+    Unauthorized when there is none (checked before the report's body)."""
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
-    own = None if machine is None else services.tokens.classify(
-        machine.id, machine.token_generation, boot_interface, token)
-    if own is not None:
-        return own
-    raise Unauthorized("unknown machine or wrong machine token")
+    found = {}
+    if machine is not None:
+        for name in services.interfaces.names():
+            own = services.tokens.classify(machine.id, machine.token_generation, name, token)
+            if own is not None:
+                found[name] = own
+    if not found:
+        raise Unauthorized("unknown machine or wrong machine token")
+    return found
+
+
+def report_binding(services, found, boot_interface):
+    """Whether a report through ``boot_interface`` (its body checked) is the
+    machine's own, of the interfaces :func:`authenticate_report` found: the
+    token is bound to one interface."""
+    services.interfaces.require(boot_interface)
+    if boot_interface not in found:
+        raise Unauthorized("unknown machine or wrong machine token")
+    return found[boot_interface]
 
 
 def report_evidence(machine_id, body, client_address, timed=True, bound=True):

@@ -6,7 +6,7 @@ from flask import current_app, request
 
 from metalboot_framework.exceptions import Forbidden, Unauthorized
 
-__all__ = ["Forbidden", "Unauthorized", "bearer_token", "require", "role_of"]
+__all__ = ["Forbidden", "Unauthorized", "bearer_token", "require", "role_among", "role_of"]
 
 
 def _matches(token, candidates):
@@ -26,7 +26,12 @@ def bearer_token():
 
 
 def role_of(token):
-    admin, reader = current_app.config["METALBOOT_TOKENS"]
+    return role_among(current_app.config["METALBOOT_TOKENS"], token)
+
+
+def role_among(tokens, token):
+    """The role of ``token`` among ``tokens`` (admin tokens, reader tokens), or None."""
+    admin, reader = tokens
     if _matches(token, admin):
         return "admin"
     if _matches(token, reader):

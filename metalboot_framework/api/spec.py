@@ -208,7 +208,8 @@ def reject_query(names):
 
 
 def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=None,
-             summary="", tags=(), success=200, extra_errors=(), example=None, location=False):
+             summary="", tags=(), success=200, extra_errors=(), example=None, location=False,
+             authenticate=None):
     """Mark a view.
 
     ``role``: "reader" or "admin" (a bearer token of that role), None (no
@@ -217,6 +218,9 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
     many (then ``body`` is passed as a list and ``many=True``). ``example``: a
     valid request body, shown in the document (and sent by schemathesis).
     ``location``: the 2xx answer names the new resource in ``Location``.
+    ``authenticate``: for role "machine", called with the view's arguments
+    before the body is read or checked (401/403 come before 400/422); what it
+    returns is passed as ``auth``.
     A response schema may be a :class:`OneOf` of schemas.
     """
     if role not in ROLES:
@@ -227,6 +231,8 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
         def wrapper(*args, **kwargs):
             if role in ("reader", "admin"):
                 auth.require(role)
+            elif authenticate is not None:
+                kwargs["auth"] = authenticate(*args, **kwargs)
             if body is not None:
                 kwargs["body"], many = load_body(body, request.mimetype,
                                                  request.get_data(cache=True), body_many)

@@ -19,7 +19,7 @@ from werkzeug import exceptions as wz_exceptions
 from werkzeug.http import http_date
 
 from metalboot_framework import artifacts, boot_endpoints, logs
-from metalboot_framework.api import spec
+from metalboot_framework.api import auth, bearer_tokens, spec
 from metalboot_framework.api.schemas import BootReportSchema, canonical_machine_id
 from metalboot_framework.boot_endpoints import Answer, ShortFile
 from metalboot_framework.boot_server.cache import MISS, BootCache
@@ -79,6 +79,7 @@ class BootServer:
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count()
         self._expires = (0, "")
+        self._api_tokens = bearer_tokens.known_api_tokens(services.conf)
 
     # -- the RSGI application ---------------------------------------------------------
     async def __rsgi__(self, scope, proto):
@@ -241,17 +242,19 @@ class BootServer:
 
     async def boot_report(self, request, machine_id):
         try:
-            # the checks, messages and order of the API's @endpoint(body=...)
+            # the checks, messages and order of the API's @endpoint: the token
+            # first, then the body, then the query
+            raw = await request.body(self.max_body_size)
+            token = boot_endpoints.report_token(request, raw, self._api_role)
+            found = await asyncio.get_running_loop().run_in_executor(
+                self.cache.reads, self._authenticate_report, machine_id, token)
             content_type = request.headers.get("content-type")
             mimetype = content_type.split(";", 1)[0].strip().lower() \
                 if content_type is not None else ""
-            body, _ = spec.load_body(BootReportSchema, mimetype,
-                                     await request.body(self.max_body_size))
+            body, _ = spec.load_body(BootReportSchema, mimetype, raw)
             spec.reject_query({k for k, _ in urllib.parse.parse_qsl(
                 request.scope.query_string, keep_blank_values=True)})
-            bound = await asyncio.get_running_loop().run_in_executor(
-                self.cache.reads, self._check_report, machine_id,
-                boot_endpoints.report_token(request, body), body["boot_interface"])
+            bound = artifacts.report_binding(self.services, found, body["boot_interface"])
         except MetalbootError as exc:
             return boot_endpoints.metalboot_error_reply(exc)
         except RequestTooLarge:
@@ -263,10 +266,12 @@ class BootServer:
             with_id=True)
         return boot_endpoints.report_reply(machine_id, evidence_id)
 
-    def _check_report(self, machine_id, token, boot_interface):
+    def _api_role(self, token):
+        return auth.role_among(self._api_tokens, token)
+
+    def _authenticate_report(self, machine_id, token):
         with self.services.db.read_conn() as conn:
-            return artifacts.check_report(self.services, conn, machine_id, token,
-                                          boot_interface)
+            return artifacts.authenticate_report(self.services, conn, machine_id, token)
 
     # -- start and stop ----------------------------------------------------------------
     async def start(self):

@@ -27,7 +27,7 @@ from benchmarks.common import partition_iso
 from metalboot_framework.store import models
 from metalboot_framework.store.db import Database
 from metalboot_framework.testing.simulator import FETCH, SimulatedFleet
-from tests.conftest import ServerProcess, free_port, machine_body, signer_of
+from tests.conftest import READER, ServerProcess, free_port, machine_body, signer_of
 from tests.functional.test_migrations import migrate, setup_machines, wait_for
 
 pytestmark = pytest.mark.functional
@@ -203,12 +203,19 @@ def test_boot_report_same_as_flask(boot_pair):
         {"data": '{"boot_interface":"fake","message":NaN}',
          "headers": {"Content-Type": "application/json"}},
         {"data": "null", "headers": {"Content-Type": "application/json"}},
+        # the token is checked before the body: 401, or 403 for an API token
+        {"json": {"bogus": 1}},
+        {"json": {"bogus": 1}, "headers": {"Authorization": f"Bearer {READER}"}},
+        {"json": {"boot_interface": "fake", "token": READER}},
+        {"json": {"bogus": 1, "token": token}},
     ]
     for case in cases:
         flask, aio = (_answer(requests.post(u + url, timeout=30, **case))
                       for u in (api.url, boot.url))
         assert aio == flask, case
         assert flask[0] < 500, (case, flask)
+    assert [_answer(requests.post(boot.url + url, timeout=30, **case))[0]
+            for case in cases[-4:]] == [401, 403, 403, 422]
     assert evidence(api) == []
     answers = [requests.post(u + url, json={"boot_interface": "fake", "message": "up"},
                              headers={"Authorization": f"Bearer {token}"}, timeout=30)
