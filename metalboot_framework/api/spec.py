@@ -288,6 +288,11 @@ SECURITY_SCHEMES = {
 # A string without NUL characters, as a JSON Schema pattern.
 NUL_FREE = "^[^\\u0000]*$"
 
+# The null of a nullable reference, as OpenAPI 3.0 reads it strictly (no
+# "null" type before 3.1): null is its only value, and ``nullable`` says so to
+# validators that refuse null where a schema is not nullable.
+NULL = {"nullable": True, "enum": [None], "description": "No value."}
+
 LOCATION_HEADER = {"description": "The URL of the new resource.",
                    "schema": {"type": "string"}}
 
@@ -310,8 +315,9 @@ class OneOf:
 
 class _Converter(OpenAPIConverter):
     """apispec's converter, exact where generated clients need it: a nullable
-    reference is ``{nullable, allOf: [$ref]}`` (the referenced shape still
-    applies; apispec's default lets any object through), floats are doubles,
+    reference is ``{oneOf: [$ref, NULL]}`` (the referenced shape still
+    applies, and null is valid read strictly: OpenAPI 3.0's ``nullable`` only
+    widens a ``type`` beside it), floats are doubles,
     timestamps date-times, and a schema's ``Meta.openapi`` adds rules between
     its fields (e.g. one of two fields)."""
 
@@ -332,9 +338,11 @@ class _Converter(OpenAPIConverter):
 
     def field2nullable(self, field, ret):
         if field.allow_none and "$ref" in ret:
-            return {"nullable": True, "allOf": [{"$ref": ret.pop("$ref")}]}
+            return {"oneOf": [{"$ref": ret.pop("$ref")}, NULL]}
         if field.allow_none and "allOf" in ret:  # a reference with a description
-            return {"nullable": True}
+            return {"oneOf": ret.pop("allOf") + [NULL]}
+        if field.allow_none and "type" not in ret and "oneOf" in ret:  # a choice
+            return {"oneOf": ret["oneOf"] + [NULL]}
         return super().field2nullable(field, ret)
 
     def schema2jsonschema(self, schema):

@@ -8,7 +8,7 @@ import pytest
 
 from metalboot_framework import logs
 from metalboot_framework.api.spec import MAX_JSON_DEPTH
-from tests.conftest import machine_body
+from tests.conftest import ApiClient, machine_body
 
 UPPER = "4C4C4544-0000-1000-8000-0000000000B1"
 
@@ -36,10 +36,12 @@ def _raw(client, method, url, data, token=None):
     ('{"boot_interface":"fake","x":1e400}', "1e400 is beyond the range of a double"),
     ("null", "the body is JSON null"),
 ], ids=["deep", "one-level-too-deep", "nan", "infinity", "overflow", "null"])
-def test_bodies_no_strict_parser_reads_are_400(app, api, partition, body, message):
+def test_bodies_no_strict_parser_reads_are_400(app, api, services, partition, body,
+                                               message):
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
-    # the boot report needs no API token: anyone on the network can send this
-    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report", body)
+    # the boot report needs no API token: a machine sends this with its own
+    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report", body,
+             token=services.task(mid, "fake").token)
     assert r.status_code == 400, r.json
     assert message in r.json["error"]["message"]
     r = _raw(app.test_client(), "patch", "/v1/partitions/p1",
@@ -220,7 +222,7 @@ LONE = "\ud800"
 @pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-key",
                                   "non-ascii-path", "bulk", "machine-patch", "migration",
                                   "boot-report"])
-def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
+def test_a_lone_surrogate_is_422_naming_the_field(app, api, services, partition, case):
     """JSON's \\u escapes spell half a surrogate pair, which no database
     stores as text (UTF-8 cannot encode it)."""
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
@@ -243,9 +245,12 @@ def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
                                                  "boot_interface": "fake-alt" + LONE},
                       "boot_interface"),
         "boot-report": ("post", f"/v1/machines/{mid}/boot-report",
-                        {"boot_interface": "fake", "message": LONE}, "message"),
+                        {"boot_interface": "fake", "message": LONE,
+                         "token": services.task(mid, "fake").token}, "message"),
     }[case]
-    r = getattr(api, method)(url, json=body)
+    # a boot report carries the machine's token, no API token
+    client = api if case != "boot-report" else ApiClient(app.test_client(), token=None)
+    r = getattr(client, method)(url, json=body)
     assert r.status_code == 422, r.get_data(as_text=True)
     assert list(r.json["error"]["fields"]) == [field]
     assert "surrogate" in r.json["error"]["fields"][field][0]

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 from marshmallow import ValidationError
-from openapi_schema_validator import OAS30Validator
+from openapi_schema_validator import OAS30StrictValidator, OAS30Validator
 from openapi_spec_validator import validate
 
 from metalboot_framework import ipxe
@@ -191,20 +191,38 @@ def test_types_carry_their_formats(spec):
             ("listEvents", "since"), ("listMachineEvents", "since")} <= wide, wide
 
 
+def _strict(spec, schema):
+    """A validator of ``schema`` that reads OpenAPI 3.0 strictly: ``nullable``
+    only widens a ``type`` beside it."""
+    return OAS30StrictValidator({"allOf": [schema], "components": spec["components"]},
+                                format_checker=OAS30StrictValidator.FORMAT_CHECKER)
+
+
 def test_nullable_references_keep_their_shape(spec):
     nullable_refs = [(name, field, prop) for name, field, prop in _properties(spec)
-                     if prop.get("nullable") and {"$ref", "allOf", "anyOf"} & set(prop)]
+                     if any(choice.get("enum") == [None] for choice in prop.get("oneOf", ()))
+                     and "$ref" in prop["oneOf"][0]]
     assert {(n, f) for n, f, _ in nullable_refs} >= {("Machine", "bmc"), ("Machine", "lock"),
+                                                     ("Machine", "migration"),
                                                      ("MigrationMachine", "evidence")}
     for name, field, prop in nullable_refs:
-        assert "anyOf" not in prop and len(prop["allOf"]) == 1, (name, field, prop)
-        assert set(prop["allOf"][0]) == {"$ref"}
-    lock = _resolve(spec, {"$ref": "#/components/schemas/Machine"})["properties"]["lock"]
-    jsonschema.validate(None, lock, cls=OAS30Validator)
-    jsonschema.validate({"holder": "c1", "since": "2026-01-01T00:00:00.000Z"}, lock,
-                        cls=OAS30Validator)
-    with pytest.raises(jsonschema.ValidationError):  # the shape is enforced
-        jsonschema.validate({"owner": "c1"}, lock, cls=OAS30Validator)
+        assert len(prop["oneOf"]) == 2 and set(prop["oneOf"][0]) == {"$ref"}, (name, field)
+    assert not [(name, field) for name, field, prop in _properties(spec)
+                if prop.get("nullable") and "type" not in prop], "nullable without a type"
+    max_failures = _strict(spec, spec["components"]["schemas"]["MigrationCreate"][
+        "properties"]["max_failures"])
+    assert max_failures.is_valid(None) and max_failures.is_valid("10%")
+    lock = _strict(spec, spec["components"]["schemas"]["Machine"]["properties"]["lock"])
+    assert lock.is_valid(None)
+    assert lock.is_valid({"holder": "c1", "since": "2026-01-01T00:00:00.000Z"})
+    assert not lock.is_valid({"holder": 5, "since": "2026-01-01T00:00:00.000Z"})
+
+
+def test_null_answers_validate_strictly(spec, api, partition):
+    """A new machine has no lock and no migration: its 201 is valid read strictly."""
+    r = api.post("/v1/machines", json=machine_body(1))
+    assert r.status_code == 201 and r.json["lock"] is None and r.json["migration"] is None
+    _strict(spec, _schema(spec, "/v1/machines", "post", 201)).validate(r.json)
 
 
 def test_error_fields_are_lists_of_messages(spec, api, partition):
@@ -341,3 +359,17 @@ def test_request_strings_say_they_hold_no_nul(spec, api, partition):
     assert re.search(NUL_FREE, "p\x00") is None and re.search(NUL_FREE, "p1\n")
     r = api.get("/v1/machines?partition=p%00")
     assert r.status_code == 422 and "partition" in r.json["error"]["fields"]
+
+
+def test_the_contract_check_finds_a_wrong_answer(spec, api, partition):
+    """What tests/conftest.py's api_contract checks every answer with."""
+    from tests.contract import Document
+    document = Document(spec)
+    mid = machine_body(1)["id"]
+    good = api.post("/v1/machines", json=machine_body(1)).get_data()
+    assert document.problems("POST", "/v1/machines", 201, "application/json", good) == []
+    wrong = good.replace(b'"lock":null', b'"lock":{}')
+    assert wrong != good
+    assert document.problems("POST", "/v1/machines", 201, "application/json", wrong)
+    assert document.problems("GET", f"/v1/machines/{mid}", 200, "text/plain", good)
+    assert document.problems("GET", "/v1/machines", 999, "application/json", b"{}") == []
