@@ -28,9 +28,55 @@ MAX_PAGE_SIZE = 1000
 MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
 
+# Characters that text shown to operators (CLI, dashboard, logs) may not hold:
+# C0 and C1 controls (BEL, CR, LF, TAB, DEL, ...), Unicode's bidirectional
+# overrides, embeddings, isolates and marks, zero-width characters and line
+# separators, which reorder or hide what a reader sees. A JSON Schema pattern
+# (ECMA-262 and Python read it alike).
+UNCLEAN = ("\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e"
+           "\\u2060-\\u2064\\u2066-\\u206f\\ufeff")
+CLEAN_TEXT = f"^[^{UNCLEAN}]*(?![\\s\\S])"  # the end of the text (see exact_end)
+_UNCLEAN_CHAR = re.compile(f"[{UNCLEAN}]")
+
+
+def clean_text(value):
+    """Refuse text with a character of :data:`UNCLEAN`, naming it."""
+    found = _UNCLEAN_CHAR.search(value)
+    if found:
+        raise ValidationError(f"U+{ord(found.group()):04X} is not allowed: no control, "
+                              "bidirectional or zero-width characters.")
+    return value
+
+
+def escape_unclean(text):
+    """``text`` with each character of :data:`UNCLEAN` as a \\uXXXX escape."""
+    return _UNCLEAN_CHAR.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# The metadata of a request's string that may hold any text (a password, a
+# machine's message): clean_text does not apply to it.
+ANY_TEXT = {"any_text": True}
+
+
 class StrictSchema(Schema):
+    """A request: unknown fields refused, and every string (a dict's keys and
+    a list's items too) clean text (:func:`clean_text`) unless its field's
+    metadata says ``any_text``."""
+
     class Meta:
         unknown = RAISE
+
+    def on_bind_field(self, field_name, field_obj):
+        _clean_strings(field_obj)
+
+
+def _clean_strings(field):
+    if isinstance(field, fields.String) and not field.metadata.get("any_text"):
+        field.validators.append(clean_text)
+    elif isinstance(field, fields.Dict) and field.key_field is not None:
+        _clean_strings(field.key_field)
+    elif isinstance(field, fields.List):
+        _clean_strings(field.inner)
 
 
 # Answers: the handlers build plain dicts; these schemas describe them for the
@@ -311,7 +357,7 @@ class BmcInSchema(StrictSchema):
     address = BmcAddress(required=True, validate=validate.Length(max=1024))
     username = fields.String(validate=validate.Length(max=255))
     password = fields.String(load_only=True, validate=validate.Length(max=1024),
-                             metadata={"description": "Write-only: never returned."})
+                             metadata={**ANY_TEXT, "description": "Write-only: never returned."})
     verify_tls = JsonBoolean()
 
 
@@ -524,7 +570,7 @@ class BootReportSchema(StrictSchema):
     boot_interface = fields.String(required=True, validate=validate.Length(min=1, max=64),
                                    metadata={"description": "The interface the machine "
                                              "booted through (METAL_BOOT_INTERFACE)."})
-    message = fields.String(validate=validate.Length(max=4096))
+    message = fields.String(validate=validate.Length(max=4096), metadata=ANY_TEXT)
     token = fields.String(validate=validate.Length(max=256), metadata={
         "description": "The per-machine token, if not sent as a bearer token."})
 

@@ -20,7 +20,8 @@ from marshmallow import ValidationError, fields
 
 from metalboot_framework import __version__
 from metalboot_framework.api import auth
-from metalboot_framework.api.schemas import ErrorSchema, StrictSchema, Timestamp
+from metalboot_framework.api.schemas import (CLEAN_TEXT, ErrorSchema, StrictSchema, Timestamp,
+                                             clean_text, escape_unclean)
 from metalboot_framework.exceptions import InvalidInput, MetalbootError
 
 ERROR_DESCRIPTIONS = {
@@ -53,8 +54,9 @@ def flatten_messages(messages, prefix=""):
     if isinstance(messages, dict):
         flat = {}
         for key, value in messages.items():
+            key = escape_unclean(str(key))  # a key may be what is refused
             name = prefix if key == "_schema" and prefix else (
-                f"{prefix}.{key}" if prefix else str(key))
+                f"{prefix}.{key}" if prefix else key)
             flat.update(flatten_messages(value, name))
         return flat
     if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
@@ -159,7 +161,13 @@ def parse_json(raw):
     :data:`MAX_JSON_DEPTH`; InvalidInput naming the field of a NUL character
     or a lone surrogate."""
     try:
-        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # JSON between systems is UTF-8 (RFC 8259 section 8.1): json.loads
+        # would read UTF-16 and UTF-32 bytes too
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8: JSON is sent as UTF-8 (RFC 8259)")
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     except _NotFinite as exc:
@@ -329,11 +337,12 @@ class _Converter(OpenAPIConverter):
         self.attribute_functions.append(self.field2nul_free)
 
     def field2nul_free(self, field, ret):
-        """A string of a request holds no NUL character (see reject_nul): said
-        as a pattern where the field has no pattern, enum or format of its own."""
+        """A string of a request is clean text (:func:`schemas.clean_text`), or
+        at least holds no NUL character (see reject_bad_text): said as a
+        pattern where the field has no pattern, enum or format of its own."""
         if ret.get("type") == "string" and not {"pattern", "enum", "format"} & set(ret) \
                 and isinstance(getattr(field, "root", None), StrictSchema):
-            return {"pattern": NUL_FREE}
+            return {"pattern": CLEAN_TEXT if clean_text in field.validators else NUL_FREE}
         return {}
 
     def field2nullable(self, field, ret):

@@ -346,7 +346,9 @@ def test_patch_needs_a_field_in_the_schema(spec):
 
 def test_request_strings_say_they_hold_no_nul(spec, api, partition):
     """The server refuses a NUL character in any string of a request (no
-    database stores one); the document says so for every plain string."""
+    database stores one), and any control, bidirectional or zero-width
+    character in one that is not free text; the document says so for every
+    plain string."""
     from metalboot_framework.api.spec import NUL_FREE
     requests = [spec["components"]["schemas"][name] for name in (
         "PartitionCreate", "PartitionPatch", "MachineCreate", "MachinePatch", "BmcIn",
@@ -355,10 +357,21 @@ def test_request_strings_say_they_hold_no_nul(spec, api, partition):
              if prop.get("type") == "string" and not {"enum", "format"} & set(prop)]
     assert len(plain) > 10 and all("pattern" in prop for prop in plain), plain
     query = {p["name"]: p["schema"] for p in spec["paths"]["/v1/machines"]["get"]["parameters"]}
-    assert query["partition"]["pattern"] == NUL_FREE
+    clean = api_schemas.CLEAN_TEXT
+    assert query["partition"]["pattern"] == clean
     assert re.search(NUL_FREE, "p\x00") is None and re.search(NUL_FREE, "p1\n")
+    assert re.search(clean, "p1\n") is None and re.search(clean, "a\u202eb") is None
+    assert re.search(clean, "é p1 中")
+    assert schemas_of(spec, "BmcIn")["password"]["pattern"] == NUL_FREE
+    assert schemas_of(spec, "BootReport")["message"]["pattern"] == NUL_FREE
+    assert schemas_of(spec, "BmcIn")["username"]["pattern"] == clean
+    assert schemas_of(spec, "PartitionCreate")["description"]["pattern"] == clean
     r = api.get("/v1/machines?partition=p%00")
     assert r.status_code == 422 and "partition" in r.json["error"]["fields"]
+
+
+def schemas_of(spec, name):
+    return spec["components"]["schemas"][name]["properties"]
 
 
 def test_the_contract_check_finds_a_wrong_answer(spec, api, partition):
