@@ -164,11 +164,44 @@ def grammar(rule):
     return FullMatch(rule.pattern, error=rule.error)
 
 
+# Patterns of what the address fields below accept, for the document (a
+# client that follows it is not refused for a rule it could not read); each
+# allows nothing the field refuses (tests/unit/test_openapi.py checks).
+_HEX4 = "[0-9A-Fa-f]{1,4}"
+IPV6 = "(?:" + "|".join((
+    f"(?:{_HEX4}:){{7}}{_HEX4}", f"(?:{_HEX4}:){{1,7}}:",
+    *(f"(?:{_HEX4}:){{1,{7 - n}}}(?::{_HEX4}){{1,{n}}}" for n in range(1, 7)),
+    f":(?:(?::{_HEX4}){{1,7}}|:)")) + ")"
+_PORT = "(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_HOST = f"(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\\[{IPV6}\\])(?::{_PORT})?"
+_SCHEME = "[Hh][Tt][Tt][Pp][Ss]?://"
+_END = "(?![\\s\\S])"  # the end of the text (see exact_end)
+#: An http(s) URL: a host, a port in range, of :data:`ipxe.URL`'s characters.
+HTTP_URL = (f"^{_SCHEME}(?:[A-Za-z0-9._~!$&'()*+,;=%:-]*@)?{_HOST}"
+            f"(?:[/?#][A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=%-]*)?{_END}")
+#: A BMC's address: host, host:port, [v6]:port, or an http(s) URL of one.
+BMC_ADDRESS = f"^(?:{_SCHEME})?{_HOST}/?{_END}"
+#: A unicast MAC other than the all-zero one, one separator throughout.
+MAC = (f"^(?!00([:-])00(?:\\1[0][0]){{4}}{_END})"
+       f"[0-9A-Fa-f][02468AaCcEe]([:-])[0-9A-Fa-f]{{2}}(?:\\2[0-9A-Fa-f]{{2}}){{4}}{_END}")
+#: A DUID: 3 to 130 hex octets, all or none separated by ':'.
+DUID = (f"^(?:[0-9A-Fa-f]{{2}}(?::[0-9A-Fa-f]{{2}}){{2,129}}|(?:[0-9A-Fa-f]{{2}}){{3,130}})"
+        f"{_END}")
+
+
+def _documented(kwargs, **rules):
+    """``kwargs`` of a field whose metadata carries ``rules`` (its own win)."""
+    return {**kwargs, "metadata": {**rules, **kwargs.get("metadata", {})}}
+
+
 class MacAddress(fields.String):
     """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
 
     default_error_messages = {
         "invalid_mac": "Not a valid MAC address (expected aa:bb:cc:dd:ee:ff)."}
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=MAC))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -186,6 +219,9 @@ class MacAddress(fields.String):
 class Duid(fields.String):
     """A DHCPv6 DUID in hex, with or without ':'; stored lowercase with ':'."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=DUID))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
         if not DUID_RE.fullmatch(value) or (":" in value and not re.fullmatch(
@@ -201,6 +237,9 @@ class Duid(fields.String):
 class HttpUrl(fields.String):
     """An absolute http(s) URL, of the characters :data:`ipxe.URL` allows (it
     goes into iPXE scripts as one word)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=HTTP_URL, minLength=1, maxLength=2048))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -218,6 +257,9 @@ class HttpUrl(fields.String):
 
 class BmcAddress(fields.String):
     """A BMC: host, host:port, [v6]:port, or http(s)://host[:port]; stored as a URL."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=BMC_ADDRESS, minLength=1))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -241,6 +283,9 @@ class BmcAddress(fields.String):
 
 
 class Ipv4(fields.String):
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, format="ipv4"))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs)
         try:
@@ -250,6 +295,9 @@ class Ipv4(fields.String):
 
 
 class Ipv6(fields.String):
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, format="ipv6"))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs)
         try:
@@ -374,7 +422,6 @@ class BmcOutSchema(Schema):
 
 class NicSchema(StrictSchema):
     mac = MacAddress(required=True, metadata={
-        "pattern": "^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$",
         "description": "Unicast MAC; '-' or ':' separated; returned lowercase with ':'."})
     duid = Duid(allow_none=True, metadata={"description": "DHCPv6 DUID of the NIC's firmware."})
     ipv4_address = Ipv4(allow_none=True)

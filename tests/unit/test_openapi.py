@@ -386,3 +386,37 @@ def test_the_contract_check_finds_a_wrong_answer(spec, api, partition):
     assert document.problems("POST", "/v1/machines", 201, "application/json", wrong)
     assert document.problems("GET", f"/v1/machines/{mid}", 200, "text/plain", good)
     assert document.problems("GET", "/v1/machines", 999, "application/json", b"{}") == []
+
+
+def test_url_fields_say_the_servers_limits(spec):
+    """A client that follows the document is not refused for a rule it could
+    not read: kernel_url, initrd_url and metal_boot_url carry their length and
+    shape, as BMC addresses, MACs and DUIDs do."""
+    boot = schemas_of(spec, "BootConfig")
+    for name in ("kernel_url", "initrd_url", "metal_boot_url"):
+        assert (boot[name]["minLength"], boot[name]["maxLength"], boot[name]["pattern"]) == \
+            (1, 2048, api_schemas.HTTP_URL), name
+        check = OAS30StrictValidator(boot[name])
+        assert check.is_valid("http://images.example/vmlinuz")
+        assert check.is_valid(None)
+        for bad in ("", "x" * 2049, "ftp://a/b", "http://a:99999/", "http:///x", "http://a b"):
+            assert not check.is_valid(bad), bad
+    assert schemas_of(spec, "BmcIn")["address"]["pattern"] == api_schemas.BMC_ADDRESS
+    assert schemas_of(spec, "Nic")["mac"]["pattern"] == api_schemas.MAC
+    assert schemas_of(spec, "Nic")["duid"]["pattern"] == api_schemas.DUID
+    assert schemas_of(spec, "Nic")["ipv4_address"]["format"] == "ipv4"
+
+
+@pytest.mark.parametrize("field, pattern", [
+    (api_schemas.HttpUrl(), api_schemas.HTTP_URL),
+    (api_schemas.BmcAddress(), api_schemas.BMC_ADDRESS),
+    (api_schemas.MacAddress(), api_schemas.MAC),
+    (api_schemas.Duid(), api_schemas.DUID),
+], ids=["url", "bmc-address", "mac", "duid"])
+def test_address_patterns_allow_only_what_the_server_accepts(field, pattern):
+    @settings(max_examples=200, deadline=None)
+    @given(st.from_regex(pattern))
+    def accepted(value):
+        field.deserialize(value)
+
+    accepted()
