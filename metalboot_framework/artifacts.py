@@ -25,7 +25,7 @@ import sqlalchemy
 from werkzeug.datastructures import Headers
 from werkzeug.utils import get_content_type
 
-from metalboot_framework import machine_steps
+from metalboot_framework import machine_steps, metrics
 from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound, Unauthorized
 from metalboot_framework.store import driver_insert, models
@@ -312,6 +312,24 @@ def insert_evidence(conn, rows, with_ids=False):
     else:
         conn.execute(_EVIDENCE_INSERT, rows)
     return None
+
+
+def prune_unverified(conn, rows, keep):
+    """In the caller's transaction, after ``rows`` are inserted: delete all but
+    the newest ``keep`` unverified rows of each machine that ``rows`` add one
+    to (anyone who knows a MAC can add them), counting the drops in
+    :data:`metrics.UNVERIFIED_EVIDENCE_DROPPED`."""
+    added = {row["machine_id"]: row["interface"] for row in rows if row["kind"] == UNVERIFIED}
+    for machine_id, interface in sorted(added.items()):
+        unverified = (_EVIDENCE.c.machine_id == machine_id) & (_EVIDENCE.c.kind == UNVERIFIED)
+        newest = sqlalchemy.select(_EVIDENCE.c.id).where(unverified) \
+            .order_by(_EVIDENCE.c.id.desc()).limit(keep)
+        dropped = conn.execute(_EVIDENCE.delete().where(
+            unverified & _EVIDENCE.c.id.not_in(newest))).rowcount
+        if dropped:
+            metrics.unverified_evidence_dropped(interface, dropped)
+            LOG.warning("dropped %d unverified boot evidence rows of machine %s "
+                        "([artifacts] max_unverified_evidence = %d)", dropped, machine_id, keep)
 
 
 def _insert_evidence_sqlite(conn, rows):

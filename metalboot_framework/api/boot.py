@@ -32,6 +32,8 @@ def _record(services, rows):
     """Insert evidence rows (committed before the answer leaves); their ids."""
     with services.db.write_conn() as conn:
         ids = artifacts.insert_evidence(conn, rows, with_ids=True)
+        artifacts.prune_unverified(conn, rows,
+                                   services.conf.artifacts.max_unverified_evidence)
     for evidence_id, row in zip(ids, rows, strict=True):
         artifacts.log_evidence(evidence_id, row)
     return ids

@@ -48,6 +48,7 @@ class EvidenceWriter:
         self.batch_size = batch_size
         self.batch_wait = batch_wait
         self.log_rows = log_rows
+        self.max_unverified = services.conf.artifacts.max_unverified_evidence
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "boot-evidence")
         self._queue = []  # groups of rows: (future, [row, ...], with_id)
         self._busy = False
@@ -135,8 +136,10 @@ class EvidenceWriter:
             if conn is None:
                 return None
             artifacts.insert_evidence(conn, [row for row, with_id in rows if not with_id])
-            return artifacts.insert_evidence(
+            ids = artifacts.insert_evidence(
                 conn, [row for row, with_id in rows if with_id], with_ids=True) or []
+            artifacts.prune_unverified(conn, [row for row, _ in rows], self.max_unverified)
+            return ids
 
     def _written(self, batch, done):
         self._busy = False
