@@ -323,7 +323,7 @@ class OneOf:
 
 class _Converter(OpenAPIConverter):
     """apispec's converter, exact where generated clients need it: a nullable
-    reference is ``{oneOf: [$ref, NULL]}`` (the referenced shape still
+    reference is ``{nullable, oneOf: [$ref, NULL]}`` (the referenced shape still
     applies, and null is valid read strictly: OpenAPI 3.0's ``nullable`` only
     widens a ``type`` beside it), floats are doubles,
     timestamps date-times, and a schema's ``Meta.openapi`` adds rules between
@@ -346,13 +346,24 @@ class _Converter(OpenAPIConverter):
         return {}
 
     def field2nullable(self, field, ret):
+        # nullable beside the oneOf too: readers that check null before a
+        # oneOf (kin-openapi) see it; strict readers ignore it without a type
         if field.allow_none and "$ref" in ret:
-            return {"oneOf": [{"$ref": ret.pop("$ref")}, NULL]}
+            return {"nullable": True, "oneOf": [{"$ref": ret.pop("$ref")}, NULL]}
         if field.allow_none and "allOf" in ret:  # a reference with a description
-            return {"oneOf": ret.pop("allOf") + [NULL]}
+            return {"nullable": True, "oneOf": ret.pop("allOf") + [NULL]}
         if field.allow_none and "type" not in ret and "oneOf" in ret:  # a choice
-            return {"oneOf": ret["oneOf"] + [NULL]}
+            return {"nullable": True, "oneOf": ret["oneOf"] + [NULL]}
         return super().field2nullable(field, ret)
+
+    def dict2properties(self, field, **kwargs):
+        """A free-form value of a dict may be null too: ``{}`` says so to
+        JSON Schema, ``{nullable: true}`` to readers that refuse null
+        wherever a schema is not nullable (kin-openapi)."""
+        ret = super().dict2properties(field, **kwargs)
+        if ret.get("additionalProperties") == {}:
+            ret["additionalProperties"] = {"nullable": True}
+        return ret
 
     def schema2jsonschema(self, schema):
         jsonschema = super().schema2jsonschema(schema)
