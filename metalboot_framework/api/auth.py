@@ -13,7 +13,9 @@ def _matches(token, candidates):
     found = False
     for candidate in candidates:
         # compare against every candidate: the time taken says nothing
-        found |= hmac.compare_digest(token.encode(), candidate.encode())
+        # (a token from a JSON body may hold a lone surrogate: not UTF-8 text)
+        found |= hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                     candidate.encode())
     return found
 
 
