@@ -749,6 +749,8 @@ class MigrationOptionsSchema(Schema):
     canary = fields.Integer(**ALWAYS)
     dry_run = fields.Boolean(**ALWAYS)
     boot_timeout = fields.Integer(**ALWAYS, metadata={"description": "Seconds."})
+    require_boot_report = fields.Boolean(**ALWAYS, metadata={
+        "description": "Only a boot report counts as evidence."})
 
 
 class MigrationSchema(Schema):
