@@ -25,7 +25,7 @@ import sqlalchemy
 from werkzeug.datastructures import Headers
 from werkzeug.utils import get_content_type
 
-from metalboot_framework import machine_steps
+from metalboot_framework import machine_steps, metrics
 from metalboot_framework.boot_interface import Artifact
 from metalboot_framework.exceptions import NotFound, Unauthorized
 from metalboot_framework.store import driver_insert, models
@@ -314,6 +314,24 @@ def insert_evidence(conn, rows, with_ids=False):
     return None
 
 
+def prune_unverified(conn, rows, keep):
+    """In the caller's transaction, after ``rows`` are inserted: delete all but
+    the newest ``keep`` unverified rows of each machine that ``rows`` add one
+    to (anyone who knows a MAC can add them), counting the drops in
+    :data:`metrics.UNVERIFIED_EVIDENCE_DROPPED`."""
+    added = {row["machine_id"]: row["interface"] for row in rows if row["kind"] == UNVERIFIED}
+    for machine_id, interface in sorted(added.items()):
+        unverified = (_EVIDENCE.c.machine_id == machine_id) & (_EVIDENCE.c.kind == UNVERIFIED)
+        newest = sqlalchemy.select(_EVIDENCE.c.id).where(unverified) \
+            .order_by(_EVIDENCE.c.id.desc()).limit(keep)
+        dropped = conn.execute(_EVIDENCE.delete().where(
+            unverified & _EVIDENCE.c.id.not_in(newest))).rowcount
+        if dropped:
+            metrics.unverified_evidence_dropped(interface, dropped)
+            LOG.warning("dropped %d unverified boot evidence rows of machine %s "
+                        "([artifacts] max_unverified_evidence = %d)", dropped, machine_id, keep)
+
+
 def _insert_evidence_sqlite(conn, rows):
     """A boot storm's evidence by an executemany of the driver
     (:func:`driver_insert.statement`), its values bound once per distinct
@@ -356,18 +374,31 @@ def bearer_token(authorization):
     return token.strip()
 
 
-def check_report(services, conn, machine_id, token, boot_interface):
-    """Raise unless a boot report of ``machine_id`` with ``token`` may be
-    recorded; whether ``token`` is the machine's own (False: its unbound token,
-    the report is unverified evidence)."""
-    services.interfaces.require(boot_interface)  # the token is bound to one
+def authenticate_report(services, conn, machine_id, token):
+    """{interface: whether ``token`` is the machine's own (False: its unbound
+    token)} for every enabled interface the token is the machine's for;
+    Unauthorized when there is none (checked before the report's body)."""
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
-    own = None if machine is None else services.tokens.classify(
-        machine.id, machine.token_generation, boot_interface, token)
-    if own is not None:
-        return own
-    raise Unauthorized("unknown machine or wrong machine token")
+    found = {}
+    if machine is not None:
+        for name in services.interfaces.names():
+            own = services.tokens.classify(machine.id, machine.token_generation, name, token)
+            if own is not None:
+                found[name] = own
+    if not found:
+        raise Unauthorized("unknown machine or wrong machine token")
+    return found
+
+
+def report_binding(services, found, boot_interface):
+    """Whether a report through ``boot_interface`` (its body checked) is the
+    machine's own, of the interfaces :func:`authenticate_report` found: the
+    token is bound to one interface."""
+    services.interfaces.require(boot_interface)
+    if boot_interface not in found:
+        raise Unauthorized("unknown machine or wrong machine token")
+    return found[boot_interface]
 
 
 def report_evidence(machine_id, body, client_address, timed=True, bound=True):

@@ -20,6 +20,7 @@ from werkzeug import exceptions as wz_exceptions
 from werkzeug.http import http_date, is_resource_modified, parse_etags, parse_range_header
 
 from metalboot_framework import artifacts
+from metalboot_framework.exceptions import Forbidden, Unauthorized
 
 # -- routes -----------------------------------------------------------------------------
 MACHINE_ARTIFACT = "/boot/<machine_id>/<interface>/<token>/<name>"
@@ -266,9 +267,28 @@ def fetch_reply(request, answer, machine_id, interface, name, now_date, bound=Tr
 
 
 # -- boot reports -----------------------------------------------------------------------
-def report_token(request, body):
-    """The machine token of a boot report: a bearer token, else the body's."""
-    return artifacts.bearer_token(request.headers.get("authorization")) or body.get("token")
+def _body_token(raw):
+    """The "token" of a body that is a JSON object with a string there, else None
+    (whether the body is valid is said only after the token is checked)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    token = data.get("token") if isinstance(data, dict) else None
+    return token if isinstance(token, str) and token else None
+
+
+def report_token(request, raw, api_role):
+    """The machine token of a boot report, read before anything is said about
+    its body: the bearer token, else the body's ``token`` field. Unauthorized
+    without either, Forbidden for an API token (``api_role`` names its role)."""
+    token = artifacts.bearer_token(request.headers.get("authorization")) or _body_token(raw)
+    if token is None:
+        raise Unauthorized("a boot report needs the machine's token: a bearer token or "
+                           "the body's token field")
+    if api_role(token) is not None:
+        raise Forbidden("a boot report takes the machine's own token, not an API token")
+    return token
 
 
 def report_reply(machine_id, evidence_id):

@@ -104,6 +104,17 @@ def observe_boot_evidence(boot_interface, activated_at, evidence_at):
     BOOT_EVIDENCE_LATENCY.labels(boot_interface).observe(max(0.0, seconds))
 
 
+UNVERIFIED_EVIDENCE_DROPPED = Counter(
+    "metalboot_unverified_evidence_dropped_total",
+    "Unverified boot evidence rows deleted to keep [artifacts] max_unverified_evidence "
+    "per machine, by boot interface.",
+    ["boot_interface"], registry=REGISTRY)
+
+
+def unverified_evidence_dropped(boot_interface, count):
+    UNVERIFIED_EVIDENCE_DROPPED.labels(boot_interface).inc(count)
+
+
 # -- BMC ----------------------------------------------------------------------------
 _OPERATION_CUT = re.compile(r"[=(,]")
 

@@ -176,7 +176,9 @@ def view(session, migration):
         elapsed = (models.utcnow() - migration.started_at).total_seconds()
         eta = models.utcnow() + datetime.timedelta(
             seconds=elapsed / finished * (total - finished))
-    options = dict(migration.options)
+    # stored only when set (older migrations lack it): answered always
+    options = {**dict(migration.options),
+               "require_boot_report": bool(migration.options.get("require_boot_report"))}
     return {
         "id": migration.id, "state": migration.state,
         "boot_interface": migration.target_boot_interface, "selector": migration.selector,

@@ -208,9 +208,6 @@ def store_evidence(services, partition_id, agent, journal, records):
             raise InvalidInput(f"{name}: letters, digits, '.', '_' and '-' only",
                                fields={name: [f"Not a valid {name} id."]})
     keys = [f"{agent}:{journal}:{r['seq']}" for r in records]
-    if len(set(keys)) != len(keys):
-        raise InvalidInput("records: a sequence number appears twice",
-                           fields={"records": ["Duplicate seq."]})
     machine_ids = list({r["machine_id"] for r in records})
     with services.db.write_conn() as conn:
         ours = set(conn.execute(select(_M.c.id).where(
@@ -223,8 +220,9 @@ def store_evidence(services, partition_id, agent, journal, records):
             if record["machine_id"] not in ours:
                 refused += 1
                 continue
-            if key in seen:
+            if key in seen:  # stored before, or earlier in this batch
                 continue
+            seen.add(key)
             row = artifacts.evidence_row(record["machine_id"], record["interface"],
                                          record["kind"], record["path"],
                                          record.get("client_address"), record.get("data"))
@@ -235,6 +233,9 @@ def store_evidence(services, partition_id, agent, journal, records):
             insert = (sqlalchemy.dialects.sqlite.insert if services.db.is_sqlite
                       else sqlalchemy.dialects.postgresql.insert)(_EV)
             conn.execute(insert.on_conflict_do_nothing(index_elements=["delivery"]), rows)
+            # unverified rows stay bounded per machine, as the API and boot server keep them
+            artifacts.prune_unverified(conn, rows,
+                                       services.conf.artifacts.max_unverified_evidence)
     if refused:
         LOG.warning("agent %s of partition %s delivered %d evidence record(s) of machines "
                     "not in the partition: not stored", agent, partition_id, refused)

@@ -298,3 +298,17 @@ def server_factory(tmp_path, request):
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def api_contract(monkeypatch):
+    """Every API answer the test receives matches the served OpenAPI document,
+    read strictly (see tests/contract.py)."""
+    from tests.contract import Recorder
+    recorder = Recorder()
+    recorder.install(monkeypatch)
+    yield recorder
+    problems = recorder.problems()
+    if problems:
+        pytest.fail("answers that the OpenAPI document does not allow:\n"
+                    + "\n".join(problems[:20]), pytrace=False)

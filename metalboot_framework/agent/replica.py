@@ -266,19 +266,22 @@ class Replica:
                     + (f" ({data.error})" if data.error else ""))
         return None
 
-    def check_report(self, machine_id, token, boot_interface):
-        """As :func:`metalboot_framework.artifacts.check_report`, on the data."""
-        self.services.interfaces.require(boot_interface)
+    def authenticate_report(self, machine_id, token):
+        """As :func:`metalboot_framework.artifacts.authenticate_report`, on the data."""
         snapshot = self._snapshots.get(machine_id)
         reason = self.unavailable(snapshot.partition.id if snapshot is not None else None)
         if reason is not None:
             raise Unavailable(reason)
-        machine = snapshot.machine if snapshot is not None else None
-        own = None if machine is None else self.tokens.classify(
-            machine.id, machine.token_generation, boot_interface, token)
-        if own is not None:
-            return own
-        raise Unauthorized("unknown machine or wrong machine token")
+        found = {}
+        if snapshot is not None:
+            machine = snapshot.machine
+            for name in self.services.interfaces.names():
+                own = self.tokens.classify(machine.id, machine.token_generation, name, token)
+                if own is not None:
+                    found[name] = own
+        if not found:
+            raise Unauthorized("unknown machine or wrong machine token")
+        return found
 
     def partition_of(self, machine_id):
         snapshot = self._snapshots.get(machine_id)

@@ -10,7 +10,8 @@ from flask import current_app, request
 from metalboot_framework import agent_tokens
 from metalboot_framework.exceptions import Forbidden, Unauthorized
 
-__all__ = ["Forbidden", "Unauthorized", "bearer_token", "require", "require_agent", "role_of"]
+__all__ = ["Forbidden", "Unauthorized", "bearer_token", "require", "require_agent",
+           "role_among", "role_of"]
 
 AGENT_ONLY = ("an agent token may only read its partition's boot data and deliver its "
               "evidence (/v1/partitions/{id}/boot-data...)")
@@ -20,7 +21,9 @@ def _matches(token, candidates):
     found = False
     for candidate in candidates:
         # compare against every candidate: the time taken says nothing
-        found |= hmac.compare_digest(token.encode(), candidate.encode())
+        # (a token from a JSON body may hold a lone surrogate: not UTF-8 text)
+        found |= hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                     candidate.encode())
     return found
 
 
@@ -34,15 +37,22 @@ def bearer_token():
 
 def role_of(token):
     """"admin", "reader", ("agent", partition id) or None."""
-    admin, reader = current_app.config["METALBOOT_TOKENS"]
+    role = role_among(current_app.config["METALBOOT_TOKENS"], token)
+    if role is None and token.startswith(agent_tokens.TOKEN_PREFIX):
+        partition = agent_tokens.partition_of(current_app.extensions["metalboot"], token)
+        if partition is not None:
+            return ("agent", partition)
+    return role
+
+
+def role_among(tokens, token):
+    """The role of ``token`` among ``tokens`` (admin tokens, reader tokens), or None
+    (what a process without the database knows: the boot server's)."""
+    admin, reader = tokens
     if _matches(token, admin):
         return "admin"
     if _matches(token, reader):
         return "reader"
-    if token.startswith(agent_tokens.TOKEN_PREFIX):
-        partition = agent_tokens.partition_of(current_app.extensions["metalboot"], token)
-        if partition is not None:
-            return ("agent", partition)
     return None
 
 

@@ -31,3 +31,18 @@ def generated_admin_token(state_path):
         LOG.warning("no API tokens configured: generated an admin token in %s", path)
     with open(path) as f:
         return f.read().strip()
+
+
+def known_api_tokens(conf):
+    """(admin tokens, reader tokens) as :func:`api_tokens` finds them, for a
+    process that only tells them apart from other tokens: no token is
+    generated."""
+    admin = [t for t in conf.api.admin_tokens if t]
+    reader = [t for t in conf.api.reader_tokens if t]
+    if not admin and not reader:
+        try:
+            with open(os.path.join(conf.state_path, "admin-token")) as f:
+                admin = [f.read().strip()]
+        except OSError:
+            pass
+    return admin, reader

@@ -20,7 +20,7 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.http import http_date
 
 from metalboot_framework import artifacts, boot_endpoints
-from metalboot_framework.api import schemas
+from metalboot_framework.api import auth, schemas
 from metalboot_framework.api.spec import current_services, endpoint
 from metalboot_framework.boot_endpoints import Answer, Incoming
 from metalboot_framework.exceptions import NotFound
@@ -32,6 +32,8 @@ def _record(services, rows):
     """Insert evidence rows (committed before the answer leaves); their ids."""
     with services.db.write_conn() as conn:
         ids = artifacts.insert_evidence(conn, rows, with_ids=True)
+        artifacts.prune_unverified(conn, rows,
+                                   services.conf.artifacts.max_unverified_evidence)
     for evidence_id, row in zip(ids, rows, strict=True):
         artifacts.log_evidence(evidence_id, row)
     return ids
@@ -152,23 +154,32 @@ def partition_artifact(partition_id, interface, name):
                                                                 http_date(time.time())))
 
 
+def _authenticate_report(machine_id):
+    """{interface: own token?} of a boot report's token (see
+    :func:`artifacts.authenticate_report`), before its body is checked."""
+    services = current_services()
+    token = boot_endpoints.report_token(_incoming(), request.get_data(cache=True),
+                                        auth.role_of)
+    with services.db.read_conn() as conn:
+        return artifacts.authenticate_report(services, conn,
+                                             schemas.canonical_machine_id(machine_id), token)
+
+
 @bp.post(boot_endpoints.BOOT_REPORT)
-@endpoint(role="machine", body=schemas.BootReportSchema,
-          responses={201: schemas.BootReportResultSchema}, extra_errors=(401,),
+@endpoint(role="machine", body=schemas.BootReportSchema, authenticate=_authenticate_report,
+          responses={201: schemas.BootReportResultSchema}, extra_errors=(401, 403),
           tags=["boot"], example={"boot_interface": "fake", "message": "booted"})
-def report_boot(machine_id, body):
+def report_boot(machine_id, body, auth):
     """A booted machine reports in, with the per-machine token its boot carried.
 
     The token comes as a bearer token or in the body; it is the one in the
-    METAL_BOOT_TOKEN kernel parameter of the machine's boot.ipxe.
+    METAL_BOOT_TOKEN kernel parameter of the machine's boot.ipxe. It is checked
+    before the body: without it the answer is 401 (403 for an API token),
+    whatever the body holds.
     """
     services = current_services()
     machine_id = schemas.canonical_machine_id(machine_id)
-    incoming = _incoming()
-    with services.db.read_conn() as conn:
-        bound = artifacts.check_report(services, conn, machine_id,
-                                       boot_endpoints.report_token(incoming, body),
-                                       body["boot_interface"])
+    bound = artifacts.report_binding(services, auth, body["boot_interface"])
     [evidence_id] = _record(services, [artifacts.report_evidence(
-        machine_id, body, incoming.remote, bound=bound)])
+        machine_id, body, request.remote_addr, bound=bound)])
     return jsonify({"machine_id": machine_id, "evidence_id": evidence_id}), 201

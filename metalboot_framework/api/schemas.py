@@ -29,9 +29,55 @@ MAX_PAGE_SIZE = 1000
 MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
 
+# Characters that text shown to operators (CLI, dashboard, logs) may not hold:
+# C0 and C1 controls (BEL, CR, LF, TAB, DEL, ...), Unicode's bidirectional
+# overrides, embeddings, isolates and marks, zero-width characters and line
+# separators, which reorder or hide what a reader sees. A JSON Schema pattern
+# (ECMA-262 and Python read it alike).
+UNCLEAN = ("\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e"
+           "\\u2060-\\u2064\\u2066-\\u206f\\ufeff")
+CLEAN_TEXT = f"^[^{UNCLEAN}]*(?![\\s\\S])"  # the end of the text (see exact_end)
+_UNCLEAN_CHAR = re.compile(f"[{UNCLEAN}]")
+
+
+def clean_text(value):
+    """Refuse text with a character of :data:`UNCLEAN`, naming it."""
+    found = _UNCLEAN_CHAR.search(value)
+    if found:
+        raise ValidationError(f"U+{ord(found.group()):04X} is not allowed: no control, "
+                              "bidirectional or zero-width characters.")
+    return value
+
+
+def escape_unclean(text):
+    """``text`` with each character of :data:`UNCLEAN` as a \\uXXXX escape."""
+    return _UNCLEAN_CHAR.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# The metadata of a request's string that may hold any text (a password, a
+# machine's message): clean_text does not apply to it.
+ANY_TEXT = {"any_text": True}
+
+
 class StrictSchema(Schema):
+    """A request: unknown fields refused, and every string (a dict's keys and
+    a list's items too) clean text (:func:`clean_text`) unless its field's
+    metadata says ``any_text``."""
+
     class Meta:
         unknown = RAISE
+
+    def on_bind_field(self, field_name, field_obj):
+        _clean_strings(field_obj)
+
+
+def _clean_strings(field):
+    if isinstance(field, fields.String) and not field.metadata.get("any_text"):
+        field.validators.append(clean_text)
+    elif isinstance(field, fields.Dict) and field.key_field is not None:
+        _clean_strings(field.key_field)
+    elif isinstance(field, fields.List):
+        _clean_strings(field.inner)
 
 
 # Answers: the handlers build plain dicts; these schemas describe them for the
@@ -119,11 +165,44 @@ def grammar(rule):
     return FullMatch(rule.pattern, error=rule.error)
 
 
+# Patterns of what the address fields below accept, for the document (a
+# client that follows it is not refused for a rule it could not read); each
+# allows nothing the field refuses (tests/unit/test_openapi.py checks).
+_HEX4 = "[0-9A-Fa-f]{1,4}"
+IPV6 = "(?:" + "|".join((
+    f"(?:{_HEX4}:){{7}}{_HEX4}", f"(?:{_HEX4}:){{1,7}}:",
+    *(f"(?:{_HEX4}:){{1,{7 - n}}}(?::{_HEX4}){{1,{n}}}" for n in range(1, 7)),
+    f":(?:(?::{_HEX4}){{1,7}}|:)")) + ")"
+_PORT = "(?:[0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_HOST = f"(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\\[{IPV6}\\])(?::{_PORT})?"
+_SCHEME = "[Hh][Tt][Tt][Pp][Ss]?://"
+_END = "(?![\\s\\S])"  # the end of the text (see exact_end)
+#: An http(s) URL: a host, a port in range, of :data:`ipxe.URL`'s characters.
+HTTP_URL = (f"^{_SCHEME}(?:[A-Za-z0-9._~!$&'()*+,;=%:-]*@)?{_HOST}"
+            f"(?:[/?#][A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=%-]*)?{_END}")
+#: A BMC's address: host, host:port, [v6]:port, or an http(s) URL of one.
+BMC_ADDRESS = f"^(?:{_SCHEME})?{_HOST}/?{_END}"
+#: A unicast MAC other than the all-zero one, one separator throughout.
+MAC = (f"^(?!00([:-])00(?:\\1[0][0]){{4}}{_END})"
+       f"[0-9A-Fa-f][02468AaCcEe]([:-])[0-9A-Fa-f]{{2}}(?:\\2[0-9A-Fa-f]{{2}}){{4}}{_END}")
+#: A DUID: 3 to 130 hex octets, all or none separated by ':'.
+DUID = (f"^(?:[0-9A-Fa-f]{{2}}(?::[0-9A-Fa-f]{{2}}){{2,129}}|(?:[0-9A-Fa-f]{{2}}){{3,130}})"
+        f"{_END}")
+
+
+def _documented(kwargs, **rules):
+    """``kwargs`` of a field whose metadata carries ``rules`` (its own win)."""
+    return {**kwargs, "metadata": {**rules, **kwargs.get("metadata", {})}}
+
+
 class MacAddress(fields.String):
     """A unicast MAC, given with ':' or '-'; stored lowercase with ':'."""
 
     default_error_messages = {
         "invalid_mac": "Not a valid MAC address (expected aa:bb:cc:dd:ee:ff)."}
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=MAC))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -141,6 +220,9 @@ class MacAddress(fields.String):
 class Duid(fields.String):
     """A DHCPv6 DUID in hex, with or without ':'; stored lowercase with ':'."""
 
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=DUID))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
         if not DUID_RE.fullmatch(value) or (":" in value and not re.fullmatch(
@@ -156,6 +238,9 @@ class Duid(fields.String):
 class HttpUrl(fields.String):
     """An absolute http(s) URL, of the characters :data:`ipxe.URL` allows (it
     goes into iPXE scripts as one word)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=HTTP_URL, minLength=1, maxLength=2048))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -173,6 +258,9 @@ class HttpUrl(fields.String):
 
 class BmcAddress(fields.String):
     """A BMC: host, host:port, [v6]:port, or http(s)://host[:port]; stored as a URL."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, pattern=BMC_ADDRESS, minLength=1))
 
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs).strip()
@@ -196,6 +284,9 @@ class BmcAddress(fields.String):
 
 
 class Ipv4(fields.String):
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, format="ipv4"))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs)
         try:
@@ -205,6 +296,9 @@ class Ipv4(fields.String):
 
 
 class Ipv6(fields.String):
+    def __init__(self, **kwargs):
+        super().__init__(**_documented(kwargs, format="ipv6"))
+
     def _deserialize(self, value, attr, data, **kwargs):
         value = super()._deserialize(value, attr, data, **kwargs)
         try:
@@ -317,7 +411,7 @@ class BmcInSchema(StrictSchema):
     address = BmcAddress(required=True, validate=validate.Length(max=1024))
     username = fields.String(validate=validate.Length(max=255))
     password = fields.String(load_only=True, validate=validate.Length(max=1024),
-                             metadata={"description": "Write-only: never returned."})
+                             metadata={**ANY_TEXT, "description": "Write-only: never returned."})
     verify_tls = JsonBoolean()
 
 
@@ -334,7 +428,6 @@ class BmcOutSchema(Schema):
 
 class NicSchema(StrictSchema):
     mac = MacAddress(required=True, metadata={
-        "pattern": "^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$",
         "description": "Unicast MAC; '-' or ':' separated; returned lowercase with ':'."})
     duid = Duid(allow_none=True, metadata={"description": "DHCPv6 DUID of the NIC's firmware."})
     ipv4_address = Ipv4(allow_none=True)
@@ -530,7 +623,7 @@ class BootReportSchema(StrictSchema):
     boot_interface = fields.String(required=True, validate=validate.Length(min=1, max=64),
                                    metadata={"description": "The interface the machine "
                                              "booted through (METAL_BOOT_INTERFACE)."})
-    message = fields.String(validate=validate.Length(max=4096))
+    message = fields.String(validate=validate.Length(max=4096), metadata=ANY_TEXT)
     token = fields.String(validate=validate.Length(max=256), metadata={
         "description": "The per-machine token, if not sent as a bearer token."})
 
@@ -662,6 +755,8 @@ class MigrationOptionsSchema(Schema):
     canary = fields.Integer(**ALWAYS)
     dry_run = fields.Boolean(**ALWAYS)
     boot_timeout = fields.Integer(**ALWAYS, metadata={"description": "Seconds."})
+    require_boot_report = fields.Boolean(**ALWAYS, metadata={
+        "description": "Only a boot report counts as evidence."})
 
 
 class MigrationSchema(Schema):
@@ -854,6 +949,22 @@ class BootDataChangesSchema(Schema):
     more = fields.Boolean(**ALWAYS)
 
 
+AGENT_ID = "^[A-Za-z0-9._-]{1,64}$"
+JOURNAL_ID = "^[A-Za-z0-9._-]{1,32}$"
+
+
+class EvidenceDataSchema(StrictSchema):
+    """What an evidence record keeps beside its kind and path, as the boot
+    server writes it."""
+    range = fields.String(validate=validate.Length(max=4096), metadata={
+        "description": "The Range header of the fetch."})
+    by_mac = fields.String(validate=validate.Length(max=64), metadata={
+        "description": "How a fetch by MAC was bound to the machine."})
+    # a boot report's message as the machine sent it (its own rules: any text but NUL)
+    message = fields.String(validate=[validate.Length(max=4096),
+                                      validate.Regexp("^[^\\x00]*$")], metadata=ANY_TEXT)
+
+
 class EvidenceRecordSchema(StrictSchema):
     seq = fields.Integer(required=True, validate=validate.Range(min=1, max=MAX_CURSOR),
                          metadata=INT64)
@@ -863,14 +974,14 @@ class EvidenceRecordSchema(StrictSchema):
                                                                  "unverified")))
     path = fields.String(required=True, validate=validate.Length(max=4096))
     client_address = fields.String(allow_none=True, validate=validate.Length(max=64))
-    data = fields.Dict(keys=fields.String(), allow_none=True)
+    data = fields.Nested(EvidenceDataSchema, allow_none=True)
     created_at = fields.AwareDateTime(required=True, default_timezone=datetime.timezone.utc)
 
 
 class EvidenceDeliverySchema(StrictSchema):
-    agent = fields.String(required=True, validate=validate.Length(min=1, max=64), metadata={
+    agent = fields.String(required=True, validate=validate.Regexp(AGENT_ID), metadata={
         "description": "The agent's id ([agent] agent_id)."})
-    journal = fields.String(required=True, validate=validate.Length(min=1, max=32), metadata={
+    journal = fields.String(required=True, validate=validate.Regexp(JOURNAL_ID), metadata={
         "description": "The id of the agent's journal, made when the journal is begun: "
                        "agent, journal and seq are the idempotency key."})
     records = fields.List(fields.Nested(EvidenceRecordSchema), required=True,

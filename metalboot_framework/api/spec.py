@@ -20,7 +20,8 @@ from marshmallow import ValidationError, fields
 
 from metalboot_framework import __version__
 from metalboot_framework.api import auth
-from metalboot_framework.api.schemas import ErrorSchema, StrictSchema, Timestamp
+from metalboot_framework.api.schemas import (CLEAN_TEXT, ErrorSchema, StrictSchema, Timestamp,
+                                             clean_text, escape_unclean)
 from metalboot_framework.exceptions import InvalidInput, MetalbootError
 
 ERROR_DESCRIPTIONS = {
@@ -56,8 +57,9 @@ def flatten_messages(messages, prefix=""):
     if isinstance(messages, dict):
         flat = {}
         for key, value in messages.items():
+            key = escape_unclean(str(key))  # a key may be what is refused
             name = prefix if key == "_schema" and prefix else (
-                f"{prefix}.{key}" if prefix else str(key))
+                f"{prefix}.{key}" if prefix else key)
             flat.update(flatten_messages(value, name))
         return flat
     if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
@@ -162,7 +164,13 @@ def parse_json(raw):
     :data:`MAX_JSON_DEPTH`; InvalidInput naming the field of a NUL character
     or a lone surrogate."""
     try:
-        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        # JSON between systems is UTF-8 (RFC 8259 section 8.1): json.loads
+        # would read UTF-16 and UTF-32 bytes too
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8: JSON is sent as UTF-8 (RFC 8259)")
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise BadRequest(f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     except _NotFinite as exc:
@@ -211,7 +219,8 @@ def reject_query(names):
 
 
 def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=None,
-             summary="", tags=(), success=200, extra_errors=(), example=None, location=False):
+             summary="", tags=(), success=200, extra_errors=(), example=None, location=False,
+             authenticate=None):
     """Mark a view.
 
     ``role``: "reader" or "admin" (a bearer token of that role), None (no
@@ -220,6 +229,9 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
     many (then ``body`` is passed as a list and ``many=True``). ``example``: a
     valid request body, shown in the document (and sent by schemathesis).
     ``location``: the 2xx answer names the new resource in ``Location``.
+    ``authenticate``: for role "machine", called with the view's arguments
+    before the body is read or checked (401/403 come before 400/422); what it
+    returns is passed as ``auth``.
     A response schema may be a :class:`OneOf` of schemas.
     """
     if role not in ROLES:
@@ -232,6 +244,8 @@ def endpoint(*, role="reader", body=None, body_many=None, query=None, responses=
                 auth.require(role)
             elif role == "agent":
                 auth.require_agent(kwargs["partition_id"])
+            elif authenticate is not None:
+                kwargs["auth"] = authenticate(*args, **kwargs)
             if body is not None:
                 kwargs["body"], many = load_body(body, request.mimetype,
                                                  request.get_data(cache=True), body_many)
@@ -290,6 +304,11 @@ SECURITY_SCHEMES = {
 # A string without NUL characters, as a JSON Schema pattern.
 NUL_FREE = "^[^\\u0000]*$"
 
+# The null of a nullable reference, as OpenAPI 3.0 reads it strictly (no
+# "null" type before 3.1): null is its only value, and ``nullable`` says so to
+# validators that refuse null where a schema is not nullable.
+NULL = {"nullable": True, "enum": [None], "description": "No value."}
+
 LOCATION_HEADER = {"description": "The URL of the new resource.",
                    "schema": {"type": "string"}}
 
@@ -312,8 +331,9 @@ class OneOf:
 
 class _Converter(OpenAPIConverter):
     """apispec's converter, exact where generated clients need it: a nullable
-    reference is ``{nullable, allOf: [$ref]}`` (the referenced shape still
-    applies; apispec's default lets any object through), floats are doubles,
+    reference is ``{nullable, oneOf: [$ref, NULL]}`` (the referenced shape still
+    applies, and null is valid read strictly: OpenAPI 3.0's ``nullable`` only
+    widens a ``type`` beside it), floats are doubles,
     timestamps date-times, and a schema's ``Meta.openapi`` adds rules between
     its fields (e.g. one of two fields)."""
 
@@ -325,19 +345,33 @@ class _Converter(OpenAPIConverter):
         self.attribute_functions.append(self.field2nul_free)
 
     def field2nul_free(self, field, ret):
-        """A string of a request holds no NUL character (see reject_nul): said
-        as a pattern where the field has no pattern, enum or format of its own."""
+        """A string of a request is clean text (:func:`schemas.clean_text`), or
+        at least holds no NUL character (see reject_bad_text): said as a
+        pattern where the field has no pattern, enum or format of its own."""
         if ret.get("type") == "string" and not {"pattern", "enum", "format"} & set(ret) \
                 and isinstance(getattr(field, "root", None), StrictSchema):
-            return {"pattern": NUL_FREE}
+            return {"pattern": CLEAN_TEXT if clean_text in field.validators else NUL_FREE}
         return {}
 
     def field2nullable(self, field, ret):
+        # nullable beside the oneOf too: readers that check null before a
+        # oneOf (kin-openapi) see it; strict readers ignore it without a type
         if field.allow_none and "$ref" in ret:
-            return {"nullable": True, "allOf": [{"$ref": ret.pop("$ref")}]}
+            return {"nullable": True, "oneOf": [{"$ref": ret.pop("$ref")}, NULL]}
         if field.allow_none and "allOf" in ret:  # a reference with a description
-            return {"nullable": True}
+            return {"nullable": True, "oneOf": ret.pop("allOf") + [NULL]}
+        if field.allow_none and "type" not in ret and "oneOf" in ret:  # a choice
+            return {"nullable": True, "oneOf": ret["oneOf"] + [NULL]}
         return super().field2nullable(field, ret)
+
+    def dict2properties(self, field, **kwargs):
+        """A free-form value of a dict may be null too: ``{}`` says so to
+        JSON Schema, ``{nullable: true}`` to readers that refuse null
+        wherever a schema is not nullable (kin-openapi)."""
+        ret = super().dict2properties(field, **kwargs)
+        if ret.get("additionalProperties") == {}:
+            ret["additionalProperties"] = {"nullable": True}
+        return ret
 
     def schema2jsonschema(self, schema):
         jsonschema = super().schema2jsonschema(schema)

@@ -15,8 +15,8 @@ its local evidence journal. A source has:
   interface), an :class:`~metalboot_framework.boot_endpoints.Answer` by
   (partition, interface, name); None: there is none;
 - ``reads``: the executor of blocking calls (plugin artifacts, report checks);
-- ``check_report(machine_id, token, boot_interface)`` (blocking), as
-  :func:`metalboot_framework.artifacts.check_report`;
+- ``authenticate_report(machine_id, token)`` (blocking), as
+  :func:`metalboot_framework.artifacts.authenticate_report`;
 - ``unavailable(partition_id)``: None, or why the data of the partition
   (None: of an unknown machine) must not be served now (503);
 - ``start()``, ``async stop()``, ``shutdown()``.
@@ -37,7 +37,7 @@ from werkzeug import exceptions as wz_exceptions
 from werkzeug.http import http_date
 
 from metalboot_framework import artifacts, boot_endpoints, logs
-from metalboot_framework.api import spec
+from metalboot_framework.api import auth, bearer_tokens, spec
 from metalboot_framework.api.schemas import BootReportSchema, canonical_machine_id
 from metalboot_framework.boot_endpoints import Answer, ShortFile
 from metalboot_framework.boot_server.cache import MISS, BootCache
@@ -108,6 +108,7 @@ class BootServer:
         self._id_prefix = secrets.token_hex(4)
         self._ids = itertools.count()
         self._expires = (0, "")
+        self._api_tokens = bearer_tokens.known_api_tokens(services.conf)
 
     # -- the RSGI application ---------------------------------------------------------
     async def __rsgi__(self, scope, proto):
@@ -293,17 +294,19 @@ class BootServer:
 
     async def boot_report(self, request, machine_id):
         try:
-            # the checks, messages and order of the API's @endpoint(body=...)
+            # the checks, messages and order of the API's @endpoint: the token
+            # first, then the body, then the query
+            raw = await request.body(self.max_body_size)
+            token = boot_endpoints.report_token(request, raw, self._api_role)
+            found = await asyncio.get_running_loop().run_in_executor(
+                self.cache.reads, self.cache.authenticate_report, machine_id, token)
             content_type = request.headers.get("content-type")
             mimetype = content_type.split(";", 1)[0].strip().lower() \
                 if content_type is not None else ""
-            body, _ = spec.load_body(BootReportSchema, mimetype,
-                                     await request.body(self.max_body_size))
+            body, _ = spec.load_body(BootReportSchema, mimetype, raw)
             spec.reject_query({k for k, _ in urllib.parse.parse_qsl(
                 request.scope.query_string, keep_blank_values=True)})
-            bound = await asyncio.get_running_loop().run_in_executor(
-                self.cache.reads, self.cache.check_report, machine_id,
-                boot_endpoints.report_token(request, body), body["boot_interface"])
+            bound = artifacts.report_binding(self.services, found, body["boot_interface"])
         except MetalbootError as exc:
             return boot_endpoints.metalboot_error_reply(exc)
         except RequestTooLarge:
@@ -314,6 +317,9 @@ class BootServer:
                                       bound=bound),
             with_id=True)
         return boot_endpoints.report_reply(machine_id, evidence_id)
+
+    def _api_role(self, token):
+        return auth.role_among(self._api_tokens, token)
 
     # -- start and stop ----------------------------------------------------------------
     async def start(self):

@@ -338,12 +338,11 @@ class BootCache:
         return found
 
     # -- what a boot report and the server ask of a source ---------------------------
-    def check_report(self, machine_id, token, boot_interface):
-        """:func:`metalboot_framework.artifacts.check_report` on the database
-        (in a read thread)."""
+    def authenticate_report(self, machine_id, token):
+        """:func:`metalboot_framework.artifacts.authenticate_report` on the
+        database (in a read thread)."""
         with self.services.db.read_conn() as conn:
-            return artifacts.check_report(self.services, conn, machine_id, token,
-                                          boot_interface)
+            return artifacts.authenticate_report(self.services, conn, machine_id, token)
 
     @staticmethod
     def unavailable(_partition_id):

@@ -202,6 +202,7 @@ class EvidenceWriter(GroupCommit):
     def __init__(self, services, batch_size, batch_wait, log_rows=False):
         super().__init__(batch_size, batch_wait, log_rows)
         self.services = services
+        self.max_unverified = services.conf.artifacts.max_unverified_evidence
         self._inline = services.db.is_sqlite
         self._checkpoint_at = None  # when the WAL is to be checkpointed next
 
@@ -221,8 +222,10 @@ class EvidenceWriter(GroupCommit):
             if conn is None:
                 return None
             artifacts.insert_evidence(conn, [row for row, with_id in rows if not with_id])
-            return artifacts.insert_evidence(
+            ids = artifacts.insert_evidence(
                 conn, [row for row, with_id in rows if with_id], with_ids=True) or []
+            artifacts.prune_unverified(conn, [row for row, _ in rows], self.max_unverified)
+            return ids
 
     def _checkpoint_soon(self):
         """After inline commits: a checkpoint in the writer thread, at most one

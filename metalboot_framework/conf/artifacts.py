@@ -42,6 +42,11 @@ opts = [
                      "unverified and does not finish a migration step. Loopback is no "
                      "exception: list 127.0.0.0/8 and ::1/128 only where the machines "
                      "really fetch from this host (tests, demos)."),
+    cfg.IntOpt("max_unverified_evidence", default=20, min=1,
+               help="Unverified boot evidence rows (fetches and boot reports with a "
+                    "machine's unbound token, which anyone who knows a MAC can cause) "
+                    "kept per machine: the newest; older ones are deleted as new ones "
+                    "come, and counted in metalboot_unverified_evidence_dropped_total."),
 ]
 
 

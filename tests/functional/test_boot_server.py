@@ -27,7 +27,7 @@ from benchmarks.common import partition_iso
 from metalboot_framework.store import models
 from metalboot_framework.store.db import Database
 from metalboot_framework.testing.simulator import FETCH, SimulatedFleet
-from tests.conftest import ServerProcess, free_port, machine_body, signer_of
+from tests.conftest import READER, ServerProcess, free_port, machine_body, signer_of
 from tests.functional.test_migrations import migrate, setup_machines, wait_for
 
 pytestmark = pytest.mark.functional
@@ -203,12 +203,19 @@ def test_boot_report_same_as_flask(boot_pair):
         {"data": '{"boot_interface":"fake","message":NaN}',
          "headers": {"Content-Type": "application/json"}},
         {"data": "null", "headers": {"Content-Type": "application/json"}},
+        # the token is checked before the body: 401, or 403 for an API token
+        {"json": {"bogus": 1}},
+        {"json": {"bogus": 1}, "headers": {"Authorization": f"Bearer {READER}"}},
+        {"json": {"boot_interface": "fake", "token": READER}},
+        {"json": {"bogus": 1, "token": token}},
     ]
     for case in cases:
         flask, aio = (_answer(requests.post(u + url, timeout=30, **case))
                       for u in (api.url, boot.url))
         assert aio == flask, case
         assert flask[0] < 500, (case, flask)
+    assert [_answer(requests.post(boot.url + url, timeout=30, **case))[0]
+            for case in cases[-4:]] == [401, 403, 403, 422]
     assert evidence(api) == []
     answers = [requests.post(u + url, json={"boot_interface": "fake", "message": "up"},
                              headers={"Authorization": f"Bearer {token}"}, timeout=30)
@@ -986,3 +993,27 @@ def test_tokens_bound_to_interfaces_and_failed_conditionals_as_in_flask(boot_pai
         assert requests.get(f"{server.url}/boot/{ids[0]}/fake-alt/{alt}/boot.ipxe",
                             timeout=30).status_code == 200
     assert [e.interface for e in evidence(api)] == ["fake-alt"] * 2
+
+
+def test_unverified_reports_are_bounded_by_the_boot_server(boot_pair):
+    """Reports with a machine's unbound token (in the boot.ipxe anyone who knows
+    its MAC may fetch) leave at most [artifacts] max_unverified_evidence
+    unverified rows per machine, the newest, also through the boot server's
+    group commit."""
+    api, boot = boot_pair(extra="[artifacts]\nmax_unverified_evidence = 2\n"
+                                "boot_network_prefixes = 127.0.0.0/8,::1/128\n")
+    ids = register(api, 2)
+    signer = signer_of(api)
+    unbound = signer.unbound_token(ids[0], 1, FAKE)
+    url = boot.url + f"/v1/machines/{ids[0]}/boot-report"
+    answers = [requests.post(url, json={"boot_interface": FAKE, "message": str(n)},
+                             headers={"Authorization": f"Bearer {unbound}"}, timeout=30)
+               for n in range(5)]
+    assert [r.status_code for r in answers] == [201] * 5
+    r = requests.post(url, json={"boot_interface": FAKE, "message": "proof"}, timeout=30,
+                      headers={"Authorization": f"Bearer {signer.machine_token(ids[0], 1, FAKE)}"})
+    assert r.status_code == 201
+    rows = evidence(api)
+    assert [(e.kind, e.data["message"]) for e in rows] == \
+        [("unverified", "3"), ("unverified", "4"), ("report", "proof")]
+    assert "dropped 1 unverified boot evidence rows" in boot.log()

@@ -6,6 +6,8 @@ included, as the types the document names."""
 
 import importlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -65,6 +67,35 @@ def _machine_id(n):
 
 
 def test_main_flow_through_a_generated_client(server, generated):
+    _main_flow(server, generated)
+
+
+GO_CHECK = Path(__file__).resolve().parents[1] / "go" / "openapi_check" / "main.go"
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs Go (Debian: golang-go, "
+                                                       "golang-github-getkin-kin-openapi-dev)")
+def test_go_reading_of_the_document_and_the_exchanges(server, generated, api_contract,
+                                                      tmp_path):
+    """metal-api is a Go program: kin-openapi (as Debian packages it, in GOPATH
+    mode) loads and validates the served document, and validates every request
+    and answer of the main flow against it (tests/go/openapi_check)."""
+    _main_flow(server, generated)
+    exchanges = [e.as_json() for e in api_contract.exchanges if e.base == server.url]
+    assert len(exchanges) > 30 and {e["status"] for e in exchanges} >= {200, 201, 202, 409,
+                                                                         422}
+    (tmp_path / "exchanges.json").write_text(json.dumps(exchanges))
+    (tmp_path / "openapi.json").write_text(json.dumps(
+        requests.get(server.url + "/v1/openapi.json", timeout=30).json()))
+    env = dict(os.environ, GOPATH="/usr/share/gocode", GO111MODULE="off", GOFLAGS="")
+    run = subprocess.run(["go", "run", str(GO_CHECK), str(tmp_path / "openapi.json"),
+                          str(tmp_path / "exchanges.json")], capture_output=True, text=True,
+                         timeout=600, env=env, cwd=GO_CHECK.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{len(exchanges)} exchanges" in run.stdout and "0 failures" in run.stdout
+
+
+def _main_flow(server, generated):
     models = importlib.import_module(f"{PACKAGE}.models")
     partitions = _Api("partitions")
     machines = _Api("machines")

@@ -8,6 +8,7 @@ import pytest
 
 from metalboot_framework.agent.process import parse_listen
 from metalboot_framework.agent.replica import Replica, ReplicaTokens
+from metalboot_framework.exceptions import Unauthorized
 from metalboot_framework.services import BootServices
 
 
@@ -54,7 +55,11 @@ def test_tokens_come_from_the_data(replica):
     assert tokens.machine_token(mid, 2, "fake") is None  # a generation the data lacks
     assert tokens.classify(mid, 2, "fake", "tok-1-1") is None
     assert not tokens.verify(mid, 1, "fake", "")
-    assert replica.check_report(mid, "tok-1-1", "fake") is True
+    # a boot report's token: which interfaces it is the machine's own for
+    assert replica.authenticate_report(mid, "tok-1-1") == {"fake": True}
+    assert replica.authenticate_report(mid, "unb-1-1") == {"fake": False}
+    with pytest.raises(Unauthorized):
+        replica.authenticate_report(mid, "tok-2-1")
 
 
 def test_changes_replace_records_and_the_mac_index(replica):

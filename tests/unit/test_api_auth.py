@@ -86,3 +86,43 @@ def test_server_root_names_the_dashboard_and_the_api(app):
     assert r.mimetype == "text/html"
     assert 'href="/dashboard"' in r.text and 'href="/v1"' in r.text
     assert r.headers["Content-Security-Policy"] == "default-src 'none'"
+
+
+BAD_REPORT_BODIES = [
+    {"data": "not json", "content_type": "text/plain"},
+    {"data": "{not json", "content_type": "application/json"},
+    {"json": ["a list"]},
+    {"json": {"bogus": 1}},
+    {"json": {"boot_interface": "", "message": 7}},
+    {"json": {"boot_interface": "fake", "token": 5}},
+    {"json": {"boot_interface": "nope"}},
+]
+
+
+@pytest.mark.parametrize("case", BAD_REPORT_BODIES)
+def test_boot_report_checks_the_token_before_the_body(app, services, seeded, case):
+    """Without the machine's token a boot report is 401 (403 with an API token),
+    whatever its body holds: nothing is said about the body's fields."""
+    client = app.test_client()
+    url = "/v1/machines/00000000-0000-4000-8000-000000000001/boot-report"
+    for headers, status in (({}, 401), ({"Authorization": "Bearer wrong"}, 401),
+                            ({"Authorization": "Bearer reader-token-for-tests"}, 403),
+                            ({"Authorization": "Bearer admin-token-for-tests"}, 403)):
+        r = client.post(url, headers=headers, **case)
+        assert (r.status_code, r.json["error"]["fields"]) == (status, {}), (headers, r.json)
+    # with the machine's token, the body is checked
+    token = services.tokens.machine_token("00000000-0000-4000-8000-000000000001", 1, "fake")
+    r = client.post(url, headers={"Authorization": f"Bearer {token}"}, **case)
+    assert r.status_code in (400, 415, 422), r.json
+
+
+def test_boot_report_token_in_the_body_comes_first(app, services, seeded):
+    client = app.test_client()
+    url = "/v1/machines/00000000-0000-4000-8000-000000000001/boot-report"
+    r = client.post(url, json={"token": "wrong", "bogus": 1})
+    assert r.status_code == 401
+    token = services.tokens.machine_token("00000000-0000-4000-8000-000000000001", 1, "fake")
+    r = client.post(url, json={"token": token, "boot_interface": "fake", "bogus": 1})
+    assert (r.status_code, list(r.json["error"]["fields"])) == (422, ["bogus"])
+    r = client.post(url, json={"token": token, "boot_interface": "fake"})
+    assert r.status_code == 201

@@ -2,13 +2,14 @@
 reach further than they should: each gets a 4xx naming what is wrong."""
 
 import io
+import json
 import logging
 
 import pytest
 
 from metalboot_framework import logs
 from metalboot_framework.api.spec import MAX_JSON_DEPTH
-from tests.conftest import machine_body
+from tests.conftest import ApiClient, machine_body
 
 UPPER = "4C4C4544-0000-1000-8000-0000000000B1"
 
@@ -36,10 +37,12 @@ def _raw(client, method, url, data, token=None):
     ('{"boot_interface":"fake","x":1e400}', "1e400 is beyond the range of a double"),
     ("null", "the body is JSON null"),
 ], ids=["deep", "one-level-too-deep", "nan", "infinity", "overflow", "null"])
-def test_bodies_no_strict_parser_reads_are_400(app, api, partition, body, message):
+def test_bodies_no_strict_parser_reads_are_400(app, api, services, partition, body,
+                                               message):
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
-    # the boot report needs no API token: anyone on the network can send this
-    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report", body)
+    # the boot report needs no API token: a machine sends this with its own
+    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report", body,
+             token=services.task(mid, "fake").token)
     assert r.status_code == 400, r.json
     assert message in r.json["error"]["message"]
     r = _raw(app.test_client(), "patch", "/v1/partitions/p1",
@@ -220,7 +223,7 @@ LONE = "\ud800"
 @pytest.mark.parametrize("case", ["partition-post", "partition-patch", "machine-key",
                                   "non-ascii-path", "bulk", "machine-patch", "migration",
                                   "boot-report"])
-def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
+def test_a_lone_surrogate_is_422_naming_the_field(app, api, services, partition, case):
     """JSON's \\u escapes spell half a surrogate pair, which no database
     stores as text (UTF-8 cannot encode it)."""
     mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
@@ -243,9 +246,12 @@ def test_a_lone_surrogate_is_422_naming_the_field(app, api, partition, case):
                                                  "boot_interface": "fake-alt" + LONE},
                       "boot_interface"),
         "boot-report": ("post", f"/v1/machines/{mid}/boot-report",
-                        {"boot_interface": "fake", "message": LONE}, "message"),
+                        {"boot_interface": "fake", "message": LONE,
+                         "token": services.task(mid, "fake").token}, "message"),
     }[case]
-    r = getattr(api, method)(url, json=body)
+    # a boot report carries the machine's token, no API token
+    client = api if case != "boot-report" else ApiClient(app.test_client(), token=None)
+    r = getattr(client, method)(url, json=body)
     assert r.status_code == 422, r.get_data(as_text=True)
     assert list(r.json["error"]["fields"]) == [field]
     assert "surrogate" in r.json["error"]["fields"][field][0]
@@ -289,3 +295,67 @@ def test_the_properties_size_limit_is_configurable(conf, app, api, partition):
     r = api.patch("/v1/partitions/p1", json={"properties": at_limit})
     assert r.status_code == 422 and list(r.json["error"]["fields"]) == ["properties"]
     assert "At most 2048 bytes" in r.json["error"]["message"]
+
+
+UNCLEAN = ["\x07", "\r", "\n", "\t", "\x7f", "\x85", "\u202e", "\u2066", "\u200b", "\ufeff",
+           "\u2028"]
+
+
+@pytest.mark.parametrize("char", UNCLEAN, ids=lambda c: f"U+{ord(c):04X}")
+@pytest.mark.parametrize("case", ["description", "property-key", "bmc-username",
+                                  "boot-interface", "machine-property-key", "migration",
+                                  "patch-description"])
+def test_text_with_control_bidi_or_zero_width_characters_is_422(api, partition, case, char):
+    """What operators read in the CLI, the dashboard and the logs holds no
+    character that rings, breaks lines, reorders or hides text."""
+    bad = f"a{char}b"
+    method, url, body, field = {
+        "description": ("post", "/v1/partitions", {"id": "p2", "description": bad},
+                        "description"),
+        "patch-description": ("patch", "/v1/partitions/p1", {"description": bad},
+                              "description"),
+        "property-key": ("post", "/v1/partitions", {"id": "p2", "properties": {bad: 1}},
+                         "properties"),
+        "bmc-username": ("post", "/v1/machines", machine_body(1, bmc={
+            "address": "127.0.0.1:8000", "username": bad}), "bmc.username"),
+        "boot-interface": ("post", "/v1/machines", machine_body(1, boot_interface=bad),
+                           "boot_interface"),
+        "machine-property-key": ("post", "/v1/machines", machine_body(1, properties={bad: "x"}),
+                                 "properties"),
+        "migration": ("post", "/v1/migrations", {"selector": {"partition": "p1"},
+                                                 "boot_interface": bad}, "boot_interface"),
+    }[case]
+    r = getattr(api, method)(url, json=body)
+    assert r.status_code == 422, r.json
+    fields = list(r.json["error"]["fields"])
+    assert len(fields) == 1 and fields[0].startswith(field), fields
+    assert char not in fields[0]  # a refused key is named escaped
+    assert f"U+{ord(char):04X}" in r.json["error"]["fields"][fields[0]][0]
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get("/v1/partitions/p1").json["description"] == ""
+    assert api.get("/v1/machines").json["machines"] == []
+
+
+def test_free_text_fields_keep_their_text(api, partition):
+    """A BMC password and property values are the operator's: any text."""
+    body = machine_body(1, properties={"note": "line 1\nline 2\t\u202e"})
+    body["bmc"]["password"] = "p\tw\u200bd"
+    r = api.post("/v1/machines", json=body)
+    assert r.status_code == 201, r.json
+    assert r.json["properties"] == {"note": "line 1\nline 2\t\u202e"}
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                                      "utf-32-le"])
+def test_bodies_that_are_not_utf8_are_400(app, api, services, partition, encoding):
+    """JSON between systems is UTF-8 (RFC 8259 section 8.1)."""
+    body = json.dumps({"id": "p2", "description": "d"}).encode(encoding)
+    r = _raw(app.test_client(), "post", "/v1/partitions", body, token=api.token)
+    assert r.status_code == 400, r.json
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    r = _raw(app.test_client(), "post", f"/v1/machines/{mid}/boot-report",
+             json.dumps({"boot_interface": "fake"}).encode(encoding),
+             token=services.task(mid, "fake").token)
+    assert r.status_code == 400, r.json
+    assert [p["id"] for p in api.get("/v1/partitions").json["partitions"]] == ["p1"]
+    assert api.get(f"/v1/machines/{mid}/evidence").json["evidence"] == []

@@ -169,3 +169,43 @@ def test_a_bad_prefix_stops_the_server_naming_the_option(tmp_path):
                        timeout=60)
     assert r.returncode != 0
     assert "[artifacts] boot_network_prefixes" in r.stderr and "10.0.0.0/33" in r.stderr
+
+
+def _dropped(app):
+    """metalboot_unverified_evidence_dropped_total{boot_interface="fake"} of GET /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = app.test_client().get("/metrics", headers={
+        "Authorization": "Bearer reader-token-for-tests"}).get_data(as_text=True)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "metalboot_unverified_evidence_dropped_total" and \
+                    sample.labels == {"boot_interface": "fake"}:
+                return sample.value
+    return 0
+
+
+def test_unverified_evidence_is_bounded_per_machine(app, api, partition, conf):
+    """Anyone who knows a MAC may fetch its boot.ipxe and report with the token
+    in it: the unverified rows that leaves are bounded, the newest kept, the
+    drops counted; evidence that proves a boot is never dropped."""
+    conf.set_override("max_unverified_evidence", 3, group="artifacts")
+    mid = api.post("/v1/machines", json=machine_body(1)).json["id"]
+    other = api.post("/v1/machines", json=machine_body(2)).json["id"]
+    before = _dropped(app)
+    assert fetch_by_mac(app, MAC1, "198.51.100.7").status_code == 200  # bound: proves
+    assert fetch_by_mac(app, "52:54:00:00:00:02", "203.0.113.9").status_code == 200
+    for _ in range(5):
+        r = fetch_by_mac(app, MAC1, "203.0.113.9")
+        assert r.status_code == 200
+    r = app.test_client().post(f"/v1/machines/{mid}/boot-report",
+                               json={"boot_interface": "fake", "token": token_in(r),
+                                     "message": "newest"},
+                               environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert r.status_code == 201
+    evidence = api.get(f"/v1/machines/{mid}/evidence").json["evidence"]
+    unverified = [e for e in evidence if e["kind"] == "unverified"]
+    assert [e["path"] for e in unverified] == ["boot.ipxe", "boot.ipxe", "boot-report"]
+    assert unverified[-1]["id"] == r.json["evidence_id"]
+    assert [e["kind"] for e in evidence if e["kind"] != "unverified"] == ["fetch"]
+    assert len(api.get(f"/v1/machines/{other}/evidence").json["evidence"]) == 1
+    assert _dropped(app) - before == 3

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 from marshmallow import ValidationError
-from openapi_schema_validator import OAS30Validator
+from openapi_schema_validator import OAS30StrictValidator, OAS30Validator
 from openapi_spec_validator import validate
 
 from metalboot_framework import ipxe
@@ -191,20 +191,40 @@ def test_types_carry_their_formats(spec):
             ("listEvents", "since"), ("listMachineEvents", "since")} <= wide, wide
 
 
+def _strict(spec, schema):
+    """A validator of ``schema`` that reads OpenAPI 3.0 strictly: ``nullable``
+    only widens a ``type`` beside it."""
+    return OAS30StrictValidator({"allOf": [schema], "components": spec["components"]},
+                                format_checker=OAS30StrictValidator.FORMAT_CHECKER)
+
+
 def test_nullable_references_keep_their_shape(spec):
     nullable_refs = [(name, field, prop) for name, field, prop in _properties(spec)
-                     if prop.get("nullable") and {"$ref", "allOf", "anyOf"} & set(prop)]
+                     if any(choice.get("enum") == [None] for choice in prop.get("oneOf", ()))
+                     and "$ref" in prop["oneOf"][0]]
     assert {(n, f) for n, f, _ in nullable_refs} >= {("Machine", "bmc"), ("Machine", "lock"),
+                                                     ("Machine", "migration"),
                                                      ("MigrationMachine", "evidence")}
     for name, field, prop in nullable_refs:
-        assert "anyOf" not in prop and len(prop["allOf"]) == 1, (name, field, prop)
-        assert set(prop["allOf"][0]) == {"$ref"}
-    lock = _resolve(spec, {"$ref": "#/components/schemas/Machine"})["properties"]["lock"]
-    jsonschema.validate(None, lock, cls=OAS30Validator)
-    jsonschema.validate({"holder": "c1", "since": "2026-01-01T00:00:00.000Z"}, lock,
-                        cls=OAS30Validator)
-    with pytest.raises(jsonschema.ValidationError):  # the shape is enforced
-        jsonschema.validate({"owner": "c1"}, lock, cls=OAS30Validator)
+        assert len(prop["oneOf"]) == 2 and set(prop["oneOf"][0]) == {"$ref"}, (name, field)
+    # nullable without a type means nothing read strictly: only beside a null choice
+    assert not [(name, field) for name, field, prop in _properties(spec)
+                if prop.get("nullable") and "type" not in prop and prop.get("enum") != [None]
+                and not any(c.get("enum") == [None] for c in prop.get("oneOf", ()))]
+    max_failures = _strict(spec, spec["components"]["schemas"]["MigrationCreate"][
+        "properties"]["max_failures"])
+    assert max_failures.is_valid(None) and max_failures.is_valid("10%")
+    lock = _strict(spec, spec["components"]["schemas"]["Machine"]["properties"]["lock"])
+    assert lock.is_valid(None)
+    assert lock.is_valid({"holder": "c1", "since": "2026-01-01T00:00:00.000Z"})
+    assert not lock.is_valid({"holder": 5, "since": "2026-01-01T00:00:00.000Z"})
+
+
+def test_null_answers_validate_strictly(spec, api, partition):
+    """A new machine has no lock and no migration: its 201 is valid read strictly."""
+    r = api.post("/v1/machines", json=machine_body(1))
+    assert r.status_code == 201 and r.json["lock"] is None and r.json["migration"] is None
+    _strict(spec, _schema(spec, "/v1/machines", "post", 201)).validate(r.json)
 
 
 def test_error_fields_are_lists_of_messages(spec, api, partition):
@@ -328,7 +348,9 @@ def test_patch_needs_a_field_in_the_schema(spec):
 
 def test_request_strings_say_they_hold_no_nul(spec, api, partition):
     """The server refuses a NUL character in any string of a request (no
-    database stores one); the document says so for every plain string."""
+    database stores one), and any control, bidirectional or zero-width
+    character in one that is not free text; the document says so for every
+    plain string."""
     from metalboot_framework.api.spec import NUL_FREE
     requests = [spec["components"]["schemas"][name] for name in (
         "PartitionCreate", "PartitionPatch", "MachineCreate", "MachinePatch", "BmcIn",
@@ -337,7 +359,66 @@ def test_request_strings_say_they_hold_no_nul(spec, api, partition):
              if prop.get("type") == "string" and not {"enum", "format"} & set(prop)]
     assert len(plain) > 10 and all("pattern" in prop for prop in plain), plain
     query = {p["name"]: p["schema"] for p in spec["paths"]["/v1/machines"]["get"]["parameters"]}
-    assert query["partition"]["pattern"] == NUL_FREE
+    clean = api_schemas.CLEAN_TEXT
+    assert query["partition"]["pattern"] == clean
     assert re.search(NUL_FREE, "p\x00") is None and re.search(NUL_FREE, "p1\n")
+    assert re.search(clean, "p1\n") is None and re.search(clean, "a\u202eb") is None
+    assert re.search(clean, "é p1 中")
+    assert schemas_of(spec, "BmcIn")["password"]["pattern"] == NUL_FREE
+    assert schemas_of(spec, "BootReport")["message"]["pattern"] == NUL_FREE
+    assert schemas_of(spec, "BmcIn")["username"]["pattern"] == clean
+    assert schemas_of(spec, "PartitionCreate")["description"]["pattern"] == clean
     r = api.get("/v1/machines?partition=p%00")
     assert r.status_code == 422 and "partition" in r.json["error"]["fields"]
+
+
+def schemas_of(spec, name):
+    return spec["components"]["schemas"][name]["properties"]
+
+
+def test_the_contract_check_finds_a_wrong_answer(spec, api, partition):
+    """What tests/conftest.py's api_contract checks every answer with."""
+    from tests.contract import Document
+    document = Document(spec)
+    mid = machine_body(1)["id"]
+    good = api.post("/v1/machines", json=machine_body(1)).get_data()
+    assert document.problems("POST", "/v1/machines", 201, "application/json", good) == []
+    wrong = good.replace(b'"lock":null', b'"lock":{}')
+    assert wrong != good
+    assert document.problems("POST", "/v1/machines", 201, "application/json", wrong)
+    assert document.problems("GET", f"/v1/machines/{mid}", 200, "text/plain", good)
+    assert document.problems("GET", "/v1/machines", 999, "application/json", b"{}") == []
+
+
+def test_url_fields_say_the_servers_limits(spec):
+    """A client that follows the document is not refused for a rule it could
+    not read: kernel_url, initrd_url and metal_boot_url carry their length and
+    shape, as BMC addresses, MACs and DUIDs do."""
+    boot = schemas_of(spec, "BootConfig")
+    for name in ("kernel_url", "initrd_url", "metal_boot_url"):
+        assert (boot[name]["minLength"], boot[name]["maxLength"], boot[name]["pattern"]) == \
+            (1, 2048, api_schemas.HTTP_URL), name
+        check = OAS30StrictValidator(boot[name])
+        assert check.is_valid("http://images.example/vmlinuz")
+        assert check.is_valid(None)
+        for bad in ("", "x" * 2049, "ftp://a/b", "http://a:99999/", "http:///x", "http://a b"):
+            assert not check.is_valid(bad), bad
+    assert schemas_of(spec, "BmcIn")["address"]["pattern"] == api_schemas.BMC_ADDRESS
+    assert schemas_of(spec, "Nic")["mac"]["pattern"] == api_schemas.MAC
+    assert schemas_of(spec, "Nic")["duid"]["pattern"] == api_schemas.DUID
+    assert schemas_of(spec, "Nic")["ipv4_address"]["format"] == "ipv4"
+
+
+@pytest.mark.parametrize("field, pattern", [
+    (api_schemas.HttpUrl(), api_schemas.HTTP_URL),
+    (api_schemas.BmcAddress(), api_schemas.BMC_ADDRESS),
+    (api_schemas.MacAddress(), api_schemas.MAC),
+    (api_schemas.Duid(), api_schemas.DUID),
+], ids=["url", "bmc-address", "mac", "duid"])
+def test_address_patterns_allow_only_what_the_server_accepts(field, pattern):
+    @settings(max_examples=200, deadline=None)
+    @given(st.from_regex(pattern))
+    def accepted(value):
+        field.deserialize(value)
+
+    accepted()
