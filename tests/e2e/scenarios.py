@@ -13,6 +13,8 @@ import json
 import time
 from typing import List, Optional
 
+import requests
+
 from tests.e2e.harness import HarnessError, utc_epoch
 
 #: The per-machine artifact whose fetch a migration to each interface waits for
@@ -85,6 +87,11 @@ def migrate(h, target, step, boot_timeout=BOOT_TIMEOUT, expect="done", timeout=9
     boot report; rows for the table, with the whole chain of each boot."""
     t0 = time.time()
     created = h.migrate(target, boot_timeout=boot_timeout, require_boot_report=True)
+    return finish(h, created, target, step, t0, expect, timeout)
+
+
+def finish(h, created, target, step, t0, expect="done", timeout=900):
+    """Rows of migration ``created`` (started at ``t0``) once it has ended."""
     h.wait_migration(created["id"], timeout=timeout)
     per = h.migration_machines(created["id"])
     rows = []
@@ -411,3 +418,100 @@ def https_untrusted(h, timeout=BOOT_TIMEOUT):
               "; ".join(dict.fromkeys(console)))
     return row, attempts, console, evidence
 
+
+
+# -- the partition's boot agent, the control plane apart (Harness(agent=True)) -------------
+
+def fenced_partition(h):
+    """What of the control plane the partition's namespace reaches: {what: None
+    if a TCP connection was accepted, else why not}. PostgreSQL listens on the
+    link's address too, so the control plane's own connection to it there
+    shows that the firewall, not the address, keeps the partition off."""
+    from tests.e2e.control_plane import API_PORT, CONTROL_V6
+    pg = h.control.postgres.port
+    return {"api from the partition": h.control.connect_from_partition(CONTROL_V6, API_PORT),
+            "postgresql from the partition": h.control.connect_from_partition(CONTROL_V6, pg),
+            "postgresql from the control plane": h.control.connect_from_control(CONTROL_V6, pg)}
+
+
+def through_agent(h, since, rows, timeout=60):
+    """Every evidence row of the machines since ``since`` was journaled by the
+    agent and delivered by it (``delivery`` is its id and journal sequence),
+    once each, and its journal is empty; the agent's /healthz at the end."""
+    from tests.e2e.control_plane import AGENT_ID
+    deadline = time.monotonic() + timeout
+    while True:
+        health = requests.get(h.agent_url + "/healthz", timeout=10).json()
+        if health["journal_pending"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if health["journal_pending"]:
+        raise ScenarioFailed(f"the agent's journal still holds {health['journal_pending']} "
+                             f"record(s) after {timeout} s: {health}", rows, h)
+    ids = {m.id for m in h.machines}
+    mine = [e for e in h.evidence(since=since) if e["machine_id"] in ids]
+    delivered = [e["delivery"] for e in mine]
+    if not mine or any(not (d or "").startswith(AGENT_ID + ":") for d in delivered):
+        raise ScenarioFailed(f"evidence not delivered by {AGENT_ID}: "
+                             f"{[(e['path'], e['delivery']) for e in mine]}", rows, h)
+    if len(set(delivered)) != len(delivered):
+        raise ScenarioFailed(f"evidence stored twice: {sorted(delivered)}", rows, h)
+    return health, mine
+
+
+def agent_boot(h, target):
+    """The machines boot through ``target`` to the report with the partition's
+    agent serving them: on the IPv6-only network migrated from fake, ``pxe``
+    (dual-stack) registered on it and powered on. Every fetch and report was
+    journaled by the agent and delivered by it."""
+    t0 = time.time()
+    rows = (enrol_and_boot(h, target) if target == "pxe" else migrate_to_report(h, target))
+    health, mine = through_agent(h, t0, rows)
+    for row in rows:
+        row.note = "; ".join(filter(None, [row.note, f"through the agent: {len(mine)} rows "
+                                           f"delivered, journal empty"]))
+    return rows
+
+
+def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
+    """A wave (all machines) to ``target``; once the BMCs have started the
+    machines, the API process is stopped (SIGSTOP) for ``pause`` s while the
+    conductor goes on. The machines boot through the agent meanwhile, which
+    stays fresh and journals; after the API returns it delivers, and the wave
+    ends done on each machine's report. Returns (rows, what the test checks)."""
+    _ipv6_only(h)
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate(target, boot_timeout=BOOT_TIMEOUT, require_boot_report=True)
+    deadline = time.monotonic() + start_timeout
+    while not all(_first_start(m, t0) for m in h.machines):
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"the BMCs did not start the machines within {start_timeout} s",
+                                 [], h, h.machines[0])
+        time.sleep(0.5)
+    paused_at = time.time()
+    h.control.pause_api()
+    health = []
+    try:
+        while time.time() < paused_at + pause:
+            r = requests.get(h.agent_url + "/healthz", timeout=10)
+            health.append((r.status_code, r.json()["journal_pending"]))
+            if len(health) == 1:
+                try:
+                    h.api("GET", "/v1/migrations", timeout=2)
+                    raise ScenarioFailed("the API answered while it was stopped", [], h)
+                except requests.Timeout:
+                    pass
+            time.sleep(2)
+    finally:
+        h.control.resume_api()
+    resumed_at = time.time()
+    per, rows = finish(h, created, target, f"wave, API stopped {pause} s", t0)
+    _, mine = through_agent(h, t0, rows)
+    during = [e for e in mine if paused_at <= e["time"] < resumed_at]
+    for m, row in zip(h.machines, rows, strict=True):
+        row.note = "served while the API was stopped: " + (", ".join(
+            e["path"] for e in during if e["machine_id"] == m.id) or "nothing")
+    return rows, {"paused_at": paused_at, "resumed_at": resumed_at, "health": health,
+                  "during": during, "finished_at": utc_epoch(
+                      h.api("GET", f"/v1/migrations/{created['id']}")["finished_at"])}
