@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import requests
 
-from tests.e2e.harness import HarnessError, utc_epoch
+from tests.e2e.harness import PARTITION, HarnessError, utc_epoch
 
 #: The per-machine artifact whose fetch a migration to each interface waits for
 #: (the first one the firmware or iPXE fetches on that path).
@@ -473,6 +473,20 @@ def agent_boot(h, target):
     return rows
 
 
+def replicated(h, timeout=30):
+    """Until the agent's replica of the partition is at the API's cursor of now."""
+    cursor = h.api("GET", f"/v1/partitions/{PARTITION}/boot-data")["cursor"]
+    deadline = time.monotonic() + timeout
+    while True:
+        health = requests.get(h.agent_url + "/healthz", timeout=10).json()
+        if all(p["cursor"] >= cursor for p in health["partitions"]):
+            return health
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"the agent is not at cursor {cursor} after {timeout} s: "
+                                 f"{health}", [], h)
+        time.sleep(0.2)
+
+
 def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
     """A wave (all machines) to ``target``; once the BMCs have started the
     machines, the API process is stopped (SIGSTOP) for ``pause`` s while the
@@ -489,6 +503,7 @@ def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
             raise ScenarioFailed(f"the BMCs did not start the machines within {start_timeout} s",
                                  [], h, h.machines[0])
         time.sleep(0.5)
+    replicated(h)  # what the machines will ask for, the migration's too, is at the agent
     paused_at = time.time()
     h.control.pause_api()
     health = []
