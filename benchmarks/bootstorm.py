@@ -254,6 +254,26 @@ def write_static(server, paths, iso, iso_path, root):
         assert r.status_code == 206 and r.content == f.read(1024), r.status_code
 
 
+def prepare_host():
+    """wrk and nginx present, and file descriptors for 500 connections and the
+    server's (more than a default 1024 soft limit allows)."""
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} not found (Debian: apt-get install wrk nginx-light)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+
+
+def result_row(label, r):
+    """A row of the storm table for one server's wrk run."""
+    return (label, r["name"], r["requests"], fmt(r["rps"]), fmt(r["mbps"]), fmt(r["p50"], " ms"),
+            fmt(r["p99"], " ms"), r["errors"], fmt(r["server_cores"]), fmt(r["wrk_cores"]))
+
+
+STORM_COLUMNS = ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
+                 "server cores", "wrk cores"]
+
+
 def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
         also_api=False, workers=1):
     """``duration`` is the ISO run's; the scripts run takes twice as long, so that
@@ -261,12 +281,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
     metalboot-server's Flask endpoints too (the server before the boot server)."""
     if quick:
         count, connections, duration = 300, 50, 2
-    for tool in ("wrk", "nginx"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"{tool} not found (Debian: apt-get install wrk nginx-light)")
-    # 500 connections + the server's: more than a default 1024 soft limit allows
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    prepare_host()
     work = tempfile.mkdtemp(prefix="metalboot-bench-storm-")
     os.chmod(work, 0o755)  # nginx's worker runs as www-data
     root = os.path.join(work, "www")
@@ -323,10 +338,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
     for kind, label in (("scripts", f"boot.ipxe of {count} machines"),
                         ("iso", f"ISO ({size / 1e6:.1f} MB) in {range_kib} KiB ranges")):
         m, n = results[kind][0], results[kind][-1]
-        for r in results[kind]:
-            rows.append((label, r["name"], r["requests"], fmt(r["rps"]), fmt(r["mbps"]),
-                         fmt(r["p50"], " ms"), fmt(r["p99"], " ms"), r["errors"],
-                         fmt(r["server_cores"]), fmt(r["wrk_cores"])))
+        rows += [result_row(label, r) for r in results[kind]]
         key, target, unit = targets[kind]
         ratio = m[key] / n[key]
         rows.append((label, "ratio metalboot/nginx", "", fmt(m["rps"] / n["rps"], "x"),
@@ -341,9 +353,7 @@ def run(count=10000, connections=500, duration=15, range_kib=256, quick=False,
     table(f"Boot storm: wrk, {connections} connections, 2 threads, {2 * duration} s per "
           f"scripts run, {duration} s per ISO run; metalboot = metalboot-boot-server "
           f"({workers} process(es)); nginx {workers} worker(s); load average before: "
-          f"{load:.2f}, after: {loadavg():.2f}",
-          ["workload", "server", "requests", "req/s", "MB/s", "p50", "p99", "errors",
-           "server cores", "wrk cores"], rows)
+          f"{load:.2f}, after: {loadavg():.2f}", STORM_COLUMNS, rows)
     answered = results["scripts"][0]["requests"]
     print(f"boot evidence: {evidence} rows committed during the scripts run for {answered} "
           f"answers wrk counted (it does not count those in flight when it stops); "

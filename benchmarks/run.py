@@ -14,7 +14,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import api, apiscale, bootstorm, conductors, migration, redfish  # noqa: E402
+from benchmarks import agent, api, apiscale, bootstorm, conductors, migration, redfish  # noqa: E402,E501
 from benchmarks.common import SUMMARY_HEADER, loadavg, table  # noqa: E402
 
 SCALE = {"redfish": redfish.run, "bootstorm": bootstorm.run, "conductors": conductors.run,
@@ -63,6 +63,7 @@ def run_migration(quick=False):
 
 
 BENCHMARKS = {"api": run_api, "migration": run_migration, "redfish": redfish.run,
+              "agent": agent.run,
               "bootstorm": bootstorm.run, "conductors": conductors.run, "apiscale": apiscale.run,
               "scale": run_scale}
 #: What `python benchmarks/run.py` (tox -e bench) runs without names.
@@ -89,7 +90,7 @@ def main():
     for name in args.names or DEFAULT:
         if name == "scale":
             run_scale(args.quick, [n for n in SCALE if n not in args.skip])
-        elif name in SCALE:
+        elif name in SCALE or name == "agent":  # these return summary rows
             rows = BENCHMARKS[name](quick=args.quick)
             table(f"{name} summary", SUMMARY_HEADER, rows)
         else:

@@ -199,14 +199,15 @@ def digest_headers(digest):
 
 
 # -- what the agents deliver ------------------------------------------------------------
-def store_evidence(services, partition_id, agent, records):
+def store_evidence(services, partition_id, agent, journal, records):
     """Store the evidence records an agent of the partition delivered, each
-    once (key ``agent:seq``); records of machines not in the partition are
-    refused (not stored). {"stored", "duplicates", "refused"}."""
-    if not AGENT_ID.fullmatch(agent):
-        raise InvalidInput("agent: letters, digits, '.', '_' and '-' only, 1 to 64",
-                           fields={"agent": ["Not a valid agent id."]})
-    keys = [f"{agent}:{r['seq']}" for r in records]
+    once (key ``agent:journal:seq``); records of machines not in the partition
+    are refused (not stored). {"stored", "duplicates", "refused"}."""
+    for name, value in (("agent", agent), ("journal", journal)):
+        if not AGENT_ID.fullmatch(value):
+            raise InvalidInput(f"{name}: letters, digits, '.', '_' and '-' only",
+                               fields={name: [f"Not a valid {name} id."]})
+    keys = [f"{agent}:{journal}:{r['seq']}" for r in records]
     if len(set(keys)) != len(keys):
         raise InvalidInput("records: a sequence number appears twice",
                            fields={"records": ["Duplicate seq."]})

@@ -107,9 +107,9 @@ class ApiClient:
         return self._call("GET", partition, "/changes", params={"since": since, "wait": wait},
                           timeout=self.timeout + wait).json()
 
-    def deliver(self, partition, agent, records):
+    def deliver(self, partition, agent, journal, records):
         return self._call("POST", partition, "/evidence",
-                          json={"agent": agent, "records": records}).json()
+                          json={"agent": agent, "journal": journal, "records": records}).json()
 
     def download(self, partition, interface, name, path):
         """Write the partition artifact to ``path`` (via a temporary file,

@@ -82,7 +82,8 @@ class Delivery:
                 stop=lambda _state: self._stop.is_set(),
                 sleep=self._stop.wait, before_sleep=self._failed):
             with attempt:
-                answer = self.client.deliver(partition, self.agent_id, records)
+                answer = self.client.deliver(partition, self.agent_id, self.journal.id,
+                                             records)
         if self.failing is not None:
             LOG.info("evidence delivery works again")
             self.failing = None

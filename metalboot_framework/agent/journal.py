@@ -18,6 +18,7 @@ A boot report's evidence id (in its answer) is its sequence number.
 import json
 import logging
 import os
+import secrets
 import threading
 
 from metalboot_framework.agent import state_files
@@ -57,8 +58,16 @@ class Journal(GroupCommit):
 
     def _open(self):
         """Read the mark and the journal: what is not delivered is pending."""
-        mark = state_files.read_json(self._mark_path)
-        self.delivered = self.written = int((mark or {}).get("seq") or 0)
+        mark = state_files.read_json(self._mark_path) or {}
+        self.delivered = self.written = int(mark.get("seq") or 0)
+        # A journal begun anew (a new host, an emptied state directory) numbers
+        # its records from 1 again: its id keeps their keys apart from those of
+        # an earlier journal of the same agent id, which the API stored already.
+        self.id = mark.get("journal")
+        if not self.id:
+            self.id = secrets.token_hex(8)
+            state_files.write_json(self._mark_path, {"seq": self.delivered,
+                                                     "journal": self.id})
         good = 0
         try:
             with open(self.path, "rb") as f:
@@ -131,7 +140,7 @@ class Journal(GroupCommit):
     def mark_delivered(self, seq):
         """Everything up to ``seq`` was taken by the API: write the mark, then
         let the journal be emptied once everything in it is delivered."""
-        state_files.write_json(self._mark_path, {"seq": seq})
+        state_files.write_json(self._mark_path, {"seq": seq, "journal": self.id})
         with self._lock:
             self.delivered = seq
             self.pending = [r for r in self.pending if r["seq"] > seq]

@@ -87,7 +87,7 @@ def get_boot_data_artifact(partition_id, interface, name):
 @bp.post("/v1/partitions/<partition_id>/boot-data/evidence")
 @endpoint(role="agent", body=schemas.EvidenceDeliverySchema,
           responses={200: schemas.EvidenceDeliveryResultSchema}, tags=TAGS, example={
-              "agent": "boot-agent-1", "records": [{
+              "agent": "boot-agent-1", "journal": "5f0c2a9d41e3b786", "records": [{
                   "seq": 1, "machine_id": "4c4c4544-0000-1000-8000-000000000001",
                   "interface": "fake-alt", "kind": "fetch", "path": "boot.ipxe",
                   "client_address": "2001:db8::1", "data": None,
@@ -96,4 +96,5 @@ def deliver_evidence(partition_id, body):
     """Evidence an agent journaled (fetches, boot reports); each record is stored
     once per agent and ``seq``, however often it is delivered."""
     return jsonify(partition_data.store_evidence(current_services(), partition_id,
-                                                 body["agent"], body["records"]))
+                                                 body["agent"], body["journal"],
+                                                 body["records"]))

@@ -869,7 +869,10 @@ class EvidenceRecordSchema(StrictSchema):
 
 class EvidenceDeliverySchema(StrictSchema):
     agent = fields.String(required=True, validate=validate.Length(min=1, max=64), metadata={
-        "description": "The agent's id ([agent] agent_id): with seq, the idempotency key."})
+        "description": "The agent's id ([agent] agent_id)."})
+    journal = fields.String(required=True, validate=validate.Length(min=1, max=32), metadata={
+        "description": "The id of the agent's journal, made when the journal is begun: "
+                       "agent, journal and seq are the idempotency key."})
     records = fields.List(fields.Nested(EvidenceRecordSchema), required=True,
                           validate=validate.Length(min=1, max=1000))
 

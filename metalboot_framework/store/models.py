@@ -128,9 +128,9 @@ class BootEvidence(Base):
     client_address: Mapped[str | None] = mapped_column(String(64))
     data: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
-    # "<agent id>:<journal sequence>" of a row a partition's boot agent
+    # "<agent id>:<journal id>:<sequence>" of a row a partition's boot agent
     # delivered: delivered twice, stored once. None for rows written here.
-    delivery: Mapped[str | None] = mapped_column(String(100))
+    delivery: Mapped[str | None] = mapped_column(String(160))
 
     __table_args__ = (Index("ix_boot_evidence_machine", "machine_id", "id"),
                       Index("ix_boot_evidence_delivery", "delivery", unique=True))

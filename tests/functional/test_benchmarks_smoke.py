@@ -110,3 +110,25 @@ def test_redfish_vendor_benchmark_counts_every_method_and_the_resets():
         line = next((li for li in out.splitlines() if li.startswith(row + " ")), None)
         assert line and re.search(r"GET \d+\.\d PATCH \d+\.\d POST \d+\.\d", line), out
     assert "target exactly one per activation: met" in out, out
+
+
+def test_agent_benchmark_prints_the_storm_and_feed_figures():
+    """``benchmarks/run.py agent --quick``: the agent's storm beside nginx, with
+    the evidence of every answer stored, and the feed's figures."""
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} missing: .ci/run installs it")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "agent", "--quick"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for needle in ("snapshot of the partition", "change to served", "API CPU at rest",
+                   "Boot storm against one metalboot-boot-agent and nginx"):
+        assert needle in out, out[-3000:]
+    stored, answered = map(int, re.search(
+        r"evidence: (\d+) rows stored by the API for (\d+) successful answers", out).groups())
+    assert stored >= answered > 0
+    summary = out[out.rindex("agent summary"):].splitlines()
+    rows = [r for r in summary[1:] if r.startswith("agent ")]
+    assert {r.split("  ")[0] for r in rows} == {"agent feed", "agent storm"}, summary
+    assert all(re.search(r"\b(met|MISSED)\b", r) for r in rows if ">=" in r or "<=" in r)

@@ -71,3 +71,15 @@ def test_delivered_mark_and_compaction(tmp_path):
     third = _journal(tmp_path)
     assert third.pending == [] and third.written == 5
     assert _fill(third, 0, 1) == [6]  # numbers go on after the compaction
+
+
+def test_a_journal_begun_anew_has_an_id_of_its_own(tmp_path):
+    """Its records number from 1 again: the journal id keeps their delivery keys
+    apart from those of an earlier journal of the same agent id (a rebuilt
+    host), which the API would otherwise take for duplicates and drop."""
+    first = _journal(tmp_path)
+    _fill(first, 2, 0)
+    first.mark_delivered(2)
+    assert _journal(tmp_path).id == first.id  # kept across restarts
+    rebuilt = _journal(tmp_path / "rebuilt")
+    assert rebuilt.id != first.id and rebuilt.written == 0

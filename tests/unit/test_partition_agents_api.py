@@ -112,7 +112,7 @@ def test_change_feed_follows_every_change(app, api, two_partitions):
 
 def test_evidence_is_stored_once_and_only_for_the_partition(app, api, two_partitions):
     agent, _ = agent_client(app, api)
-    body = {"agent": "agent-a", "records": [record(1), record(2, kind="report"),
+    body = {"agent": "agent-a", "journal": "j1", "records": [record(1), record(2, kind="report"),
                                             record(3, machine_id=OTHER_MID)]}
     first = agent.post("/v1/partitions/p1/boot-data/evidence", json=body)
     assert first.status_code == 200, first.json
@@ -121,19 +121,27 @@ def test_evidence_is_stored_once_and_only_for_the_partition(app, api, two_partit
     assert again.json == {"stored": 0, "duplicates": 2, "refused": 1}
     # another agent's seq 1 is another record
     other = agent.post("/v1/partitions/p1/boot-data/evidence",
-                       json={"agent": "agent-b", "records": [record(1)]})
+                       json={"agent": "agent-b", "journal": "j1", "records": [record(1)]})
     assert other.json["stored"] == 1
+    # the same agent id with a journal begun anew (a rebuilt host): its seq 1 is new
+    rebuilt = agent.post("/v1/partitions/p1/boot-data/evidence",
+                         json={"agent": "agent-a", "journal": "j2", "records": [record(1)]})
+    assert rebuilt.json == {"stored": 1, "duplicates": 0, "refused": 0}
     evidence = api.get(f"/v1/machines/{MID}/evidence").json["evidence"]
-    assert sorted(e["kind"] for e in evidence) == ["fetch", "fetch", "report"]
+    assert sorted(e["kind"] for e in evidence) == ["fetch", "fetch", "fetch", "report"]
     assert all(e["client_address"] == "2001:db8::5" for e in evidence)
     assert api.get(f"/v1/machines/{OTHER_MID}/evidence").json["evidence"] == []
     # bad input names the field
     bad = agent.post("/v1/partitions/p1/boot-data/evidence",
-                     json={"agent": "a b", "records": [record(1)]})
+                     json={"agent": "a b", "journal": "j1", "records": [record(1)]})
     assert bad.status_code == 422 and "agent" in bad.json["error"]["fields"]
     bad = agent.post("/v1/partitions/p1/boot-data/evidence",
-                     json={"agent": "a", "records": [dict(record(1), kind="guess")]})
+                     json={"agent": "a", "journal": "j1",
+                           "records": [dict(record(1), kind="guess")]})
     assert bad.status_code == 422 and "records.0.kind" in bad.json["error"]["fields"]
+    bad = agent.post("/v1/partitions/p1/boot-data/evidence",
+                     json={"agent": "a", "records": [record(1)]})
+    assert bad.status_code == 422 and "journal" in bad.json["error"]["fields"]
     assert agent.post("/v1/partitions/p2/boot-data/evidence", json=body).status_code == 403
 
 

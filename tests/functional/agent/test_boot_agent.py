@@ -6,6 +6,7 @@ serves a young snapshot after a restart without the API but not an old one,
 and refuses a configuration with a database."""
 
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ import pytest
 import requests
 
 from benchmarks.common import partition_iso
-from tests.conftest import free_port, signer_of
+from tests.conftest import free_port, machine_body, signer_of
 from tests.functional.agent.agent_process import (
     AGENT, INTERFACES, AgentProcess, agent_url, evidence, setup_partition)
 from tests.functional.test_migrations import migrate, wait_for
@@ -77,6 +78,14 @@ def test_serves_what_the_api_registered_and_follows_a_change_within_a_second(wor
     changed = time.monotonic()
     while "console=ttyS1" not in agent.get(path).text:
         assert time.monotonic() - changed < 1.0, "the change was not served within 1 s"
+        time.sleep(0.01)
+
+    # a machine registered while the agent runs is served as soon
+    r = api.request("POST", "/v1/machines", json=[machine_body(9)])
+    assert r.status_code == 201, r.text
+    registered, new = time.monotonic(), _script_path(signer, machine_body(9)["id"])
+    while agent.get(new).status_code != 200:
+        assert time.monotonic() - registered < 1.0, "not served within 1 s"
         time.sleep(0.01)
 
     report = requests.post(f"{agent.url}/v1/machines/{ids[0]}/boot-report",
@@ -190,7 +199,9 @@ def test_api_away_sigkill_and_restart_lose_nothing_and_store_once(world):
     # delivered again (as after a crash before the delivered mark was written): stored once
     assert agent.stop() == 0
     shutil.copy(saved, journal)
-    (agent.state_dir / "journal" / "delivered").write_text('{"seq": %d}' % len(ids))
+    mark_path = agent.state_dir / "journal" / "delivered"
+    mark = json.loads(mark_path.read_text())  # the same journal (its id), an older mark
+    mark_path.write_text(json.dumps(dict(mark, seq=len(ids))))
     agent.start()
     agent.wait_delivered()
     assert agent.stop() == 0
@@ -248,16 +259,25 @@ def test_restart_without_the_api_and_an_old_snapshot_answers_503(world):
     path = _script_path(signer_of(api), ids[0])
     assert agent.get(path).status_code == 200
     time.sleep(1.5)  # the snapshot (and the contact) is written within a second
-    assert agent.stop() == 0
+    # the API away for longer than max_staleness: the running agent stops serving
     assert api.stop() == 0
-    time.sleep(2.5)  # older than max_staleness now
+    deadline = time.monotonic() + 10
+    while agent.healthz().status_code == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert agent.get(path).status_code == 503
+    assert "max_staleness" in agent.healthz().json()["reason"]
+    # restarted with only that old snapshot on disk: 503 with the reason
+    assert agent.stop() == 0
     agent.start(fresh=False)
     health = agent.healthz()
     assert health.status_code == 503
-    assert health.json()["fresh"] is False and "max_staleness" in health.json()["reason"]
+    assert health.json()["fresh"] is False and "on disk" in health.json()["reason"]
+    assert "max_staleness" in health.json()["reason"]
     refused = agent.get(path)
     assert refused.status_code == 503
     assert "partition p1" in refused.json()["error"]["message"]
+    assert refused.headers["Retry-After"] == "5"
     # the API back: fresh again, and served
     api.start()
     deadline = time.monotonic() + 30

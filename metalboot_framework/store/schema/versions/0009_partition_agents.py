@@ -102,7 +102,7 @@ def _postgresql_change_triggers():
 def upgrade():
     postgres = op.get_bind().dialect.name == "postgresql"
     op.add_column("partitions", sa.Column("boot_url", sa.Text(), nullable=True))
-    op.add_column("boot_evidence", sa.Column("delivery", sa.String(100), nullable=True))
+    op.add_column("boot_evidence", sa.Column("delivery", sa.String(160), nullable=True))
     op.create_index("ix_boot_evidence_delivery", "boot_evidence", ["delivery"], unique=True)
     op.create_table(
         "agent_tokens",
