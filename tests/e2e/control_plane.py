@@ -62,6 +62,7 @@ class ControlPlane:
         self.postgres = None
         self.database = None  # URL of metalboot's database for the test process
         self.api = self.conductor = self.agent = None
+        self.agents = {}  # agent id -> how to start it, its /healthz URL, its process
         self.api_paused = False
 
     # -- network ------------------------------------------------------------------------
@@ -166,12 +167,14 @@ class ControlPlane:
                 raise HarnessError(f"{what} not ready after {timeout} s:\n{proc.log()}")
             time.sleep(0.2)
 
-    def start_agent(self, conf_text, env, partition, listen, url):
-        """A token of ``partition`` made through the API, and the agent with it in
-        the partition's namespace; returns when its /healthz says it is fresh."""
+    def start_agent(self, conf_text, env, partition, listen, url, agent_id=AGENT_ID,
+                    netns=None):
+        """A token of ``partition`` made through the API, and an agent with it in
+        ``netns`` (the partition's namespace by default); returns when its
+        /healthz (at ``url``) says it is fresh."""
         token = self.h.api("POST", f"/v1/partitions/{partition}/agent-tokens", expect=201,
-                           json={"description": "e2e partition agent"})["token"]
-        directory = os.path.join(self.h.workdir, "agent")
+                           json={"description": f"e2e partition agent {agent_id}"})["token"]
+        directory = os.path.join(self.h.workdir, agent_id)
         os.makedirs(directory, exist_ok=True)
         token_file = os.path.join(directory, "token")
         with open(token_file, "w") as f:
@@ -183,17 +186,37 @@ class ControlPlane:
                                       f"state_path = {directory}/state-path")
                     + f"\n[agent]\napi_url = {API_URL}\ntoken_file = {token_file}\n"
                       f"partitions = {partition}\nlisten = {listen}\n"
-                      f"state_dir = {directory}/state\nagent_id = {AGENT_ID}\n")
-        self.agent = self.h._spawn("metalboot-boot-agent", [
-            os.path.join(os.path.dirname(sys.executable), "metalboot-boot-agent"),
-            "--config-file", conf], env=env, cwd=directory)
+                      f"state_dir = {directory}/state\nagent_id = {agent_id}\n")
+        self.agents[agent_id] = {
+            "cmd": ["ip", "netns", "exec", netns or self.h.netns,
+                    os.path.join(os.path.dirname(sys.executable), "metalboot-boot-agent"),
+                    "--config-file", conf],
+            "env": env, "cwd": directory, "url": url}
+        return self.restart_agent(agent_id)
+
+    def restart_agent(self, agent_id):
+        """(Re)start an agent on its state directory; returns when it is fresh."""
+        spec = self.agents[agent_id]
+        proc = Proc(agent_id, spec["cmd"], os.path.join(self.h.workdir, f"{agent_id}.log"),
+                    env=spec["env"], cwd=spec["cwd"])
+        self.h.procs.append(proc)
+        spec["proc"] = proc
+        if self.agent is None:
+            self.agent = proc
 
         def fresh():
             try:
-                return requests.get(url + "/healthz", timeout=2).status_code == 200
+                return requests.get(spec["url"] + "/healthz", timeout=2).status_code == 200
             except requests.RequestException:
                 return False
-        self._wait(fresh, "metalboot-boot-agent", proc=self.agent)
+        self._wait(fresh, agent_id, proc=proc)
+        return proc
+
+    def kill_agent(self, agent_id):
+        """SIGKILL, as a crash: nothing flushed, its journal left as it is on disk."""
+        proc = self.agents[agent_id]["proc"]
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(10)
 
     def evidence_rows(self):
         """Every boot_evidence row (with ``delivery``: the agent id and journal

@@ -26,7 +26,8 @@ removed on close even when a step failed)::
 (:mod:`tests.e2e.control_plane`): PostgreSQL, metalboot-api and
 metalboot-conductor run in a namespace of their own, which the partition
 reaches only at the API's port, and metalboot-boot-agent serves the machines
-on [fd55::1]:8080 in place of metalboot-server.
+on [fd55::1]:8080 in place of metalboot-server; ``agents=2``: two agents on
+one anycast address behind an ECMP route (:mod:`tests.e2e.anycast`).
 
 ``ipv6_only=True`` is the boot network of the layer-3 paths: no DHCPv4 server,
 no IPv4 address on the bridge, NICs registered without ``ipv4_address``, ``pxe``
@@ -264,7 +265,7 @@ class Harness:
     """The boot network, its servers, metalboot-server and N machines with BMCs."""
 
     def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None,
-                 ipv6_only=False, trusted_ca=True, agent=False):
+                 ipv6_only=False, trusted_ca=True, agent=False, agents=1):
         self.count = machines
         self.ipv6_only = ipv6_only
         self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
@@ -286,13 +287,19 @@ class Harness:
         if self.https:
             self.tls_dir = os.path.join(self.workdir, "tls")
             self.cacerts = os.path.join(self.tls_dir, "cacerts.esl")
-        self.control = None
+        self.control = self.anycast = None
         self.bmc_host = "127.0.0.1"
-        if agent:
+        self.boot_host = V6_SERVER  # where the machines fetch from metalboot
+        if agent or agents > 1:
             from tests.e2e.control_plane import UPLINK_V6, ControlPlane
             self.control = ControlPlane(self)
             self.bmc_host = UPLINK_V6
-        self.agent_url = None  # the agent's /healthz, through a forwarder
+        if agents > 1:
+            from tests.e2e.anycast import ANYCAST_V6, AnycastAgents
+            self.anycast = AnycastAgents(self)
+            self.boot_host = ANYCAST_V6
+        self.agent_urls = {}  # agent id -> its base URL for the test, through a forwarder
+        self.agent_url = None  # the (first) agent's
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
@@ -324,6 +331,8 @@ class Harness:
         self._network()
         if self.control:
             self.control.build_network()
+        if self.anycast:
+            self.anycast.build()
         self._radvd()
         if not self.ipv6_only:
             self._dnsmasq()
@@ -360,6 +369,8 @@ class Harness:
             except Exception as exc:  # keep cleaning up
                 errors.append(f"{proc.name}: {exc}")
         self.procs = []
+        if self.anycast:
+            self.anycast.close(errors)
         if self.control:
             self.control.close(errors)
         if self.netns_made:
@@ -484,7 +495,7 @@ class Harness:
         self._spawn("tls-front", [sys.executable, os.path.join(HERE, "tls_front.py"),
                                   os.path.join(self.tls_dir, "server.pem"),
                                   os.path.join(self.tls_dir, "server.key"), V6_SERVER,
-                                  str(TLS_PORT), V6_SERVER, str(SERVER_PORT), self.tls_log])
+                                  str(TLS_PORT), self.boot_host, str(SERVER_PORT), self.tls_log])
 
     def tls_connections(self, since=None):
         """Connections the TLS front accepted: time, client, TLS version (or error)."""
@@ -510,13 +521,21 @@ class Harness:
         self.server = self.control.api
 
     def _agent(self):
-        """The partition, booting from the agent's address, and the agent."""
-        self._make_partition(boot_url=PUBLIC_URL)
-        ports = self._forward(self.netns, [f"[{V6_SERVER}]:{SERVER_PORT}"], "agent-forwarder")
-        self.agent_url = f"http://127.0.0.1:{ports[0]}"
-        self.control.start_agent(self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL),
-                                 self._metalboot_env(), PARTITION,
-                                 f"[{V6_SERVER}]:{SERVER_PORT}", self.agent_url)
+        """The partition, booting from the agents' address, and the agents."""
+        from tests.e2e.control_plane import AGENT_ID
+        listen = f"[{self.boot_host}]:{SERVER_PORT}"
+        self._make_partition(boot_url=f"http://{listen}")
+        where = {AGENT_ID: self.netns}
+        if self.anycast:
+            where = {f"{AGENT_ID}-{key}": netns for key, netns in self.anycast.netns.items()}
+        conf = self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL)
+        for agent_id, netns in where.items():
+            port, = self._forward(netns, [listen], f"{agent_id}-forwarder")
+            self.agent_urls[agent_id] = f"http://127.0.0.1:{port}"
+            self.control.start_agent(conf, self._metalboot_env(), PARTITION, listen,
+                                     self.agent_urls[agent_id], agent_id=agent_id,
+                                     netns=netns)
+        self.agent_url = next(iter(self.agent_urls.values()))
 
     def _metalboot_env(self):
         env = dict(os.environ)

@@ -435,24 +435,25 @@ def fenced_partition(h):
 
 
 def through_agent(h, since, rows, timeout=60):
-    """Every evidence row of the machines since ``since`` was journaled by the
+    """Every evidence row of the machines since ``since`` was journaled by an
     agent and delivered by it (``delivery`` is its id and journal sequence),
-    once each, and its journal is empty; the agent's /healthz at the end."""
-    from tests.e2e.control_plane import AGENT_ID
-    deadline = time.monotonic() + timeout
-    while True:
-        health = requests.get(h.agent_url + "/healthz", timeout=10).json()
-        if health["journal_pending"] == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    if health["journal_pending"]:
-        raise ScenarioFailed(f"the agent's journal still holds {health['journal_pending']} "
-                             f"record(s) after {timeout} s: {health}", rows, h)
+    once each, and every agent's journal is empty; the /healthz of the last."""
+    for url in h.agent_urls.values():
+        deadline = time.monotonic() + timeout
+        while True:
+            health = requests.get(url + "/healthz", timeout=10).json()
+            if health["journal_pending"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if health["journal_pending"]:
+            raise ScenarioFailed(f"{health['agent']}'s journal still holds "
+                                 f"{health['journal_pending']} record(s) after {timeout} s: "
+                                 f"{health}", rows, h)
     ids = {m.id for m in h.machines}
     mine = [e for e in h.evidence(since=since) if e["machine_id"] in ids]
     delivered = [e["delivery"] for e in mine]
-    if not mine or any(not (d or "").startswith(AGENT_ID + ":") for d in delivered):
-        raise ScenarioFailed(f"evidence not delivered by {AGENT_ID}: "
+    if not mine or any((d or "").split(":")[0] not in h.agent_urls for d in delivered):
+        raise ScenarioFailed(f"evidence not delivered by {', '.join(h.agent_urls)}: "
                              f"{[(e['path'], e['delivery']) for e in mine]}", rows, h)
     if len(set(delivered)) != len(delivered):
         raise ScenarioFailed(f"evidence stored twice: {sorted(delivered)}", rows, h)
@@ -477,14 +478,15 @@ def replicated(h, timeout=30):
     """Until the agent's replica of the partition is at the API's cursor of now."""
     cursor = h.api("GET", f"/v1/partitions/{PARTITION}/boot-data")["cursor"]
     deadline = time.monotonic() + timeout
-    while True:
-        health = requests.get(h.agent_url + "/healthz", timeout=10).json()
-        if all(p["cursor"] >= cursor for p in health["partitions"]):
-            return health
-        if time.monotonic() > deadline:
-            raise ScenarioFailed(f"the agent is not at cursor {cursor} after {timeout} s: "
-                                 f"{health}", [], h)
-        time.sleep(0.2)
+    for url in h.agent_urls.values():
+        while True:
+            health = requests.get(url + "/healthz", timeout=10).json()
+            if all(p["cursor"] >= cursor for p in health["partitions"]):
+                break
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"{health['agent']} is not at cursor {cursor} after "
+                                     f"{timeout} s: {health}", [], h)
+            time.sleep(0.2)
 
 
 def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
@@ -530,3 +532,40 @@ def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
     return rows, {"paused_at": paused_at, "resumed_at": resumed_at, "health": health,
                   "during": during, "finished_at": utc_epoch(
                       h.api("GET", f"/v1/migrations/{created['id']}")["finished_at"])}
+
+
+def agent_killed_in_a_wave(h, target="redfish-virtual-media-ipxe", timeout=300):
+    """Two agents on one anycast address (``Harness(agents=2)``); a wave to
+    ``target``. The agent that served the first ``boot.ipxe`` is SIGKILLed and,
+    a second later, its route withdrawn (a BGP speaker's failed health check);
+    the machines' further requests reach the other agent (iPXE and metal-hammer
+    retry a failed one). The wave ends done; the killed agent, started again on
+    its state, delivers what its journal still held. Returns (rows, what the
+    test checks)."""
+    _ipv6_only(h)
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate(target, boot_timeout=BOOT_TIMEOUT, require_boot_report=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        first = [e for e in h.evidence(since=t0) if e["path"] == "boot.ipxe" and e["delivery"]]
+        if first:
+            break
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"no boot.ipxe served within {timeout} s", [], h, h.machines[0])
+        time.sleep(0.2)
+    victim = first[0]["delivery"].split(":")[0]
+    key = victim.rsplit("-", 1)[1]
+    h.control.kill_agent(victim)
+    killed_at = time.time()
+    time.sleep(1)
+    h.anycast.announce(*(k for k in h.anycast.netns if k != key))
+    route = h.anycast.route()
+    per, rows = finish(h, created, target, f"wave, {victim} killed", t0)
+    h.control.restart_agent(victim)  # its route stays withdrawn
+    _, mine = through_agent(h, t0, rows)
+    for m, row in zip(h.machines, rows, strict=True):
+        row.note = "; ".join(f"{e['path']} by {e['delivery'].split(':')[0]}"
+                             for e in mine if e["machine_id"] == m.id)
+    return rows, {"victim": victim, "killed_at": killed_at, "route": route,
+                  "evidence": mine}

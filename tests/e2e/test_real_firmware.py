@@ -45,6 +45,17 @@ def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
         "boot.ipxe", "vmlinuz", "initrd.img", "report"]
 
 
+def reported_wave(e2e_report, scenario, *args):
+    """(rows, what it saw) of a scenario that returns both, as :func:`reported`."""
+    seen = {}
+
+    def rows_only(*a):
+        rows, found = scenario(*a)
+        seen.update(found)
+        return rows
+    return reported(e2e_report, rows_only, *args), seen
+
+
 #: How each path's fetch of boot.ipxe by MAC may be bound (address_binding)
 BY_MAC = {"redfish-virtual-media-ipxe": {"eui64"},
           "redfish-http-url": {"eui64", "prefix", "dhcp-lease"},
@@ -138,14 +149,7 @@ def test_agent_serves_a_wave_while_the_api_is_stopped(boot_network, e2e_report, 
     it cannot deliver; when the API is back it delivers, and the wave ends done
     on each machine's report."""
     h = boot_network(machines=2, ipv6_only=True, agent=True)
-    rows, seen = [], {}
-    try:
-        rows, seen = scenarios.api_stopped_in_a_wave(h, path)
-    except scenarios.ScenarioFailed as exc:
-        rows = exc.rows
-        raise
-    finally:
-        e2e_report(rows)
+    rows, seen = reported_wave(e2e_report, scenarios.api_stopped_in_a_wave, h, path)
     assert [r.outcome for r in rows] == ["done", "done"]
     assert all(r.evidence.startswith("report from fd55:") for r in rows)
     assert seen["resumed_at"] - seen["paused_at"] >= 60
@@ -155,3 +159,24 @@ def test_agent_serves_a_wave_while_the_api_is_stopped(boot_network, e2e_report, 
     served = {(e["machine_id"], e["path"]) for e in seen["during"]}
     assert {m.id for m in h.machines} == {machine for machine, _ in served}, served
     assert seen["finished_at"] > seen["resumed_at"]
+
+
+@pytest.mark.parametrize("path", ["redfish-virtual-media-ipxe"])
+def test_agent_killed_behind_the_anycast_address(boot_network, e2e_report, path):
+    """The same split with two agents on one anycast address, each in a
+    namespace of its own, behind an ECMP route of the partition's router. In a
+    wave of two machines to ``path`` the agent that served the first
+    ``boot.ipxe`` is SIGKILLed and its route withdrawn a second later: the
+    wave ends done on both reports, the rest of the boots through the other
+    agent; the killed agent, started again, has nothing left undelivered, and
+    every evidence row is stored once, the two agents' in the one database."""
+    h = boot_network(machines=2, ipv6_only=True, agents=2)
+    rows, seen = reported_wave(e2e_report, scenarios.agent_killed_in_a_wave, h, path)
+    assert [r.outcome for r in rows] == ["done", "done"]
+    assert all(r.evidence.startswith("report from fd55:") for r in rows)
+    assert seen["route"].count("nexthop") <= 1 and "fd58:" in seen["route"], seen["route"]
+    agents = {e["delivery"].split(":")[0] for e in seen["evidence"]}
+    assert agents == set(h.agent_urls) and seen["victim"] in agents, agents
+    after = [e for e in seen["evidence"] if e["time"] > seen["killed_at"] + 1]
+    assert after and {e["delivery"].split(":")[0] for e in after} == (
+        agents - {seen["victim"]}), [(e["path"], e["delivery"]) for e in after]
