@@ -4,6 +4,10 @@ PostgreSQL refuses to run as root, so the cluster belongs to the ``postgres``
 user (created by Debian's package), lives in a temporary directory and listens
 on 127.0.0.1 at a free port with trust authentication. Each test gets a
 database of its own.
+
+Given ``netns`` (an ``ip netns add`` name), the server runs in that network
+namespace and listens on ``listen`` there; the test process, outside it,
+reaches it through its unix socket, which is a file.
 """
 
 import glob
@@ -33,15 +37,28 @@ def _free_port():
 
 
 class PostgresServer:
-    def __init__(self):
+    def __init__(self, netns=None, listen="127.0.0.1"):
         self.user = pwd.getpwnam("postgres")
         self.dir = tempfile.mkdtemp(prefix="metalboot-pg-")
         os.chown(self.dir, self.user.pw_uid, self.user.pw_gid)
         self.data = os.path.join(self.dir, "data")
-        self.port = _free_port()
-        self.admin_url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self.netns, self.listen = netns, listen
+        self.port = 5432 if netns else _free_port()  # a namespace of its own is empty
+        self.admin_url = self.url("postgres")
+
+    def url(self, database):
+        """The database's URL for this process: over TCP, or in a namespace over
+        the unix socket."""
+        if self.netns:
+            return f"postgresql+psycopg://postgres@/{database}?host={self.dir}&port={self.port}"
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
     def _as_postgres(self, *args, **kw):
+        if self.netns:  # enter the namespace as root, then become postgres
+            return subprocess.run(["ip", "netns", "exec", self.netns, "runuser", "-u",
+                                   "postgres", "--", *args], check=True, capture_output=True,
+                                  text=True, cwd=self.dir, **kw)
+
         def demote():
             os.setgid(self.user.pw_gid)
             os.setuid(self.user.pw_uid)
@@ -53,7 +70,7 @@ class PostgresServer:
                           "--no-sync", "-E", "UTF8")
         self._as_postgres(
             _bin("pg_ctl"), "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "start",
-            "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
+            "-o", f"-p {self.port} -k {self.dir} -c listen_addresses={self.listen} "
                   f"-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                   f"-c max_connections=400")
         engine = sqlalchemy.create_engine(self.admin_url)
@@ -75,7 +92,7 @@ class PostgresServer:
         with engine.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         engine.dispose()
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+        return self.url(name)
 
     def stop(self):
         try:

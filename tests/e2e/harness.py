@@ -22,6 +22,13 @@ removed on close even when a step failed)::
       qemu_bmc.py  one Redfish BMC per machine on 127.0.0.1:81NN *of the namespace*:
                    sushy-emulator (fake driver) linked to the machine's QEMU process
 
+``agent=True`` splits the control plane from the partition
+(:mod:`tests.e2e.control_plane`): PostgreSQL, metalboot-api and
+metalboot-conductor run in a namespace of their own, which the partition
+reaches only at the API's port, and metalboot-boot-agent serves the machines
+on [fd55::1]:8080 in place of metalboot-server; ``agents=2``: two agents on
+one anycast address behind an ECMP route (:mod:`tests.e2e.anycast`).
+
 ``ipv6_only=True`` is the boot network of the layer-3 paths: no DHCPv4 server,
 no IPv4 address on the bridge, NICs registered without ``ipv4_address``, ``pxe``
 not enabled. Without it the network is dual-stack, for the legacy ``pxe`` path.
@@ -51,6 +58,7 @@ What is real and what is not:
 
 import contextlib
 import datetime
+import io
 import ipaddress
 import json
 import os
@@ -206,12 +214,15 @@ class Machine:
         self.cacerts = harness.cacerts  # the test CA as an EFI signature list, for fw_cfg
         self.workdir = os.path.join(harness.workdir, self.name)
         self.bmc_port = BMC_PORT_BASE + index
+        # with a control plane of its own, the conductor reaches the BMCs over the link
+        self.bmc_host = harness.bmc_host
         self.bmc_local_url = None  # through the forwarder, for the test process (debugging)
         os.makedirs(self.workdir, exist_ok=True)
 
     @property
-    def bmc_address(self):  # as metalboot (inside the namespace) reaches it
-        return f"http://127.0.0.1:{self.bmc_port}"
+    def bmc_address(self):  # as metalboot's conductor reaches it
+        host = f"[{self.bmc_host}]" if ":" in self.bmc_host else self.bmc_host
+        return f"http://{host}:{self.bmc_port}"
 
     @property
     def slaac_address(self):
@@ -254,7 +265,7 @@ class Harness:
     """The boot network, its servers, metalboot-server and N machines with BMCs."""
 
     def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None,
-                 ipv6_only=False, trusted_ca=True):
+                 ipv6_only=False, trusted_ca=True, agent=False, agents=1):
         self.count = machines
         self.ipv6_only = ipv6_only
         self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
@@ -276,6 +287,19 @@ class Harness:
         if self.https:
             self.tls_dir = os.path.join(self.workdir, "tls")
             self.cacerts = os.path.join(self.tls_dir, "cacerts.esl")
+        self.control = self.anycast = None
+        self.bmc_host = "127.0.0.1"
+        self.boot_host = V6_SERVER  # where the machines fetch from metalboot
+        if agent or agents > 1:
+            from tests.e2e.control_plane import UPLINK_V6, ControlPlane
+            self.control = ControlPlane(self)
+            self.bmc_host = UPLINK_V6
+        if agents > 1:
+            from tests.e2e.anycast import ANYCAST_V6, AnycastAgents
+            self.anycast = AnycastAgents(self)
+            self.boot_host = ANYCAST_V6
+        self.agent_urls = {}  # agent id -> its base URL for the test, through a forwarder
+        self.agent_url = None  # the (first) agent's
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
@@ -305,6 +329,10 @@ class Harness:
                 raise HarnessError(f"{self.ipxe_dir} has no {binary}")
         self.metal_hammer_dir = metal_hammer.build()
         self._network()
+        if self.control:
+            self.control.build_network()
+        if self.anycast:
+            self.anycast.build()
         self._radvd()
         if not self.ipv6_only:
             self._dnsmasq()
@@ -312,10 +340,15 @@ class Harness:
         self._image_server()
         if self.https:
             self._tls_front()
-        self._metalboot_server()
+        if self.control:
+            self._control_plane()
+        else:
+            self._metalboot_server()
         self._bmcs()
         self._forwarder()
         self._wait_ready()
+        if self.control:
+            self._agent()
         self.log(f"boot network {self.netns} with {self.count} machine(s) ready in "
                  f"{time.monotonic() - t0:.1f} s (workdir {self.workdir})")
 
@@ -328,12 +361,18 @@ class Harness:
             if pid and self._is_ours(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        if self.control:
+            self.control.resume_api()  # a stopped process does not see SIGTERM
         for proc in reversed(self.procs):
             try:
                 proc.stop()
             except Exception as exc:  # keep cleaning up
                 errors.append(f"{proc.name}: {exc}")
         self.procs = []
+        if self.anycast:
+            self.anycast.close(errors)
+        if self.control:
+            self.control.close(errors)
         if self.netns_made:
             # Anything still running in our namespace was started by us (a child a
             # daemon forked): stop it by pid before the namespace goes.
@@ -456,7 +495,7 @@ class Harness:
         self._spawn("tls-front", [sys.executable, os.path.join(HERE, "tls_front.py"),
                                   os.path.join(self.tls_dir, "server.pem"),
                                   os.path.join(self.tls_dir, "server.key"), V6_SERVER,
-                                  str(TLS_PORT), V6_SERVER, str(SERVER_PORT), self.tls_log])
+                                  str(TLS_PORT), self.boot_host, str(SERVER_PORT), self.tls_log])
 
     def tls_connections(self, since=None):
         """Connections the TLS front accepted: time, client, TLS version (or error)."""
@@ -468,13 +507,51 @@ class Harness:
         return [c for c in lines if since is None or c["time"] >= since]
 
     def _metalboot_server(self):
-        os.makedirs(self.state_dir, exist_ok=True)
         conf = os.path.join(self.workdir, "metalboot.conf")
-        ipxe_efi = os.path.join(self.ipxe_dir, "ipxe.efi")
         with open(conf, "w") as f:
+            f.write(self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL))
+        self.server = self._spawn("metalboot-server", [
+            sys.executable, "-m", "metalboot_framework.cmd.server", "--config-file", conf],
+            env=self._metalboot_env(), cwd=self.workdir)
+
+    def _control_plane(self):
+        from tests.e2e.control_plane import API_PORT, API_URL, CONTROL_V6
+        self.control.start(self._metalboot_conf(CONTROL_V6, API_PORT, API_URL),
+                           self._metalboot_env())
+        self.server = self.control.api
+
+    def _agent(self):
+        """The partition, booting from the agents' address, and the agents."""
+        from tests.e2e.control_plane import AGENT_ID
+        listen = f"[{self.boot_host}]:{SERVER_PORT}"
+        self._make_partition(boot_url=f"http://{listen}")
+        where = {AGENT_ID: self.netns}
+        if self.anycast:
+            where = {f"{AGENT_ID}-{key}": netns for key, netns in self.anycast.netns.items()}
+        conf = self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL)
+        for agent_id, netns in where.items():
+            port, = self._forward(netns, [listen], f"{agent_id}-forwarder")
+            self.agent_urls[agent_id] = f"http://127.0.0.1:{port}"
+            self.control.start_agent(conf, self._metalboot_env(), PARTITION, listen,
+                                     self.agent_urls[agent_id], agent_id=agent_id,
+                                     netns=netns)
+        self.agent_url = next(iter(self.agent_urls.values()))
+
+    def _metalboot_env(self):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        return env
+
+    def _metalboot_conf(self, host, port, public_url):
+        """metalboot's configuration: of metalboot-server, or of the API and conductor
+        (plus [database]), or of the agent (plus [agent])."""
+        os.makedirs(self.state_dir, exist_ok=True)
+        ipxe_efi = os.path.join(self.ipxe_dir, "ipxe.efi")
+        with io.StringIO() as f:
             f.write(METALBOOT_CONF.format(
-                state=self.state_dir, interfaces=",".join(self.interfaces), server=V6_SERVER,
-                port=SERVER_PORT, public_url=PUBLIC_URL, token=ADMIN_TOKEN,
+                state=self.state_dir, interfaces=",".join(self.interfaces), server=host,
+                port=port, public_url=public_url, token=ADMIN_TOKEN,
                 ipxe_efi=ipxe_efi, dns6=V6_SERVER,
                 kea_include=self.kea_include, kea_socket=self.kea_socket,
                 kea_leases=self.kea_leases, kea_pool=KEA_POOL))
@@ -488,12 +565,7 @@ class Harness:
                 f.write("ipv4_backend =\n")  # still [dhcp_httpboot]: no DHCPv4 answers
             if self.https:
                 f.write(f"\n[redfish]\nhttp_boot_base_url = {TLS_URL}\n")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.server = self._spawn("metalboot-server", [
-            sys.executable, "-m", "metalboot_framework.cmd.server", "--config-file", conf],
-            env=env, cwd=self.workdir)
+            return f.getvalue()
 
     def _bmcs(self):
         for machine in self.machines:
@@ -508,7 +580,7 @@ class Harness:
                 f.write(f"{BMC_USER}:"
                         f"{bcrypt.hashpw(BMC_PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
             with open(conf, "w") as f:
-                f.write(f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
+                f.write(f"SUSHY_EMULATOR_LISTEN_IP = {machine.bmc_host!r}\n"
                         f"SUSHY_EMULATOR_LISTEN_PORT = {machine.bmc_port}\n"
                         f"SUSHY_EMULATOR_FAKE_DRIVER = True\n"
                         f"SUSHY_EMULATOR_STATE_DIR = {state!r}\n"
@@ -519,11 +591,21 @@ class Harness:
                                                 "--config", conf], cwd=machine.workdir)
 
     def _forwarder(self):
-        targets = [f"[{V6_SERVER}]:{SERVER_PORT}"] + [f"127.0.0.1:{m.bmc_port}"
-                                                     for m in self.machines]
-        proc = Proc("forwarder", [sys.executable, os.path.join(HERE, "netns_forward.py"),
-                                  self.netns, *targets],
-                    os.path.join(self.workdir, "forwarder.log"))
+        netns, server = self.netns, f"[{V6_SERVER}]:{SERVER_PORT}"
+        if self.control:  # the API, and the BMCs over the link (control -> partition)
+            from tests.e2e.control_plane import API_PORT, CONTROL_V6
+            netns, server = self.control.netns, f"[{CONTROL_V6}]:{API_PORT}"
+        ports = self._forward(netns, [server] + [m.bmc_address.split("//")[1]
+                                                 for m in self.machines], "forwarder")
+        self.server_url = f"http://127.0.0.1:{ports[0]}"
+        for machine, port in zip(self.machines, ports[1:], strict=True):
+            machine.bmc_local_url = f"http://127.0.0.1:{port}"
+
+    def _forward(self, netns, targets, name):
+        """Ports on 127.0.0.1 forwarded to ``targets`` in ``netns``."""
+        proc = Proc(name, [sys.executable, os.path.join(HERE, "netns_forward.py"),
+                           netns, *targets],
+                    os.path.join(self.workdir, f"{name}.log"))
         self.procs.append(proc)
         deadline = time.monotonic() + 10
         ports = None
@@ -535,9 +617,7 @@ class Harness:
             time.sleep(0.02)
         if not ports:
             raise HarnessError(f"netns_forward.py did not start:\n{proc.log()}")
-        self.server_url = f"http://127.0.0.1:{ports[0]}"
-        for machine, port in zip(self.machines, ports[1:], strict=True):
-            machine.bmc_local_url = f"http://127.0.0.1:{port}"
+        return ports
 
     def _wait_ready(self, timeout=60):
         def http(url):
@@ -587,7 +667,8 @@ class Harness:
 
     # -- metalboot over REST ------------------------------------------------------------
     def api(self, method, path, expect=None, **kw):
-        r = requests.request(method, self.server_url + path, timeout=60,
+        kw.setdefault("timeout", 60)
+        r = requests.request(method, self.server_url + path,
                              headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, **kw)
         if (expect is not None and r.status_code != expect) or r.status_code >= 400:
             raise HarnessError(f"{method} {path}: HTTP {r.status_code}"
@@ -598,14 +679,7 @@ class Harness:
         """The partition (once) and the machines, on ``boot_interface``."""
         machines = machines or self.machines
         if not self._partition_made:
-            self.api("POST", "/v1/partitions", expect=201, json={
-                "id": PARTITION, "boot": {
-                    # no_timer_check: on a busy TCG host the kernel's IO-APIC
-                    # timer check can fail and panic ("IO-APIC + timer doesn't work")
-                    "cmdline": "console=ttyS0 quiet no_timer_check",
-                    "kernel_url": f"{IMAGE_URL}/vmlinuz",
-                    "initrd_url": f"{IMAGE_URL}/initrd.img"}})
-            self._partition_made = True
+            self._make_partition()
         body = [{"id": m.id, "partition": PARTITION, "boot_interface": boot_interface,
                  "boot_mode": "uefi",
                  "nics": [{"mac": m.mac} if self.ipv6_only
@@ -614,6 +688,18 @@ class Harness:
                          "password": BMC_PASSWORD, "verify_tls": False},
                  "properties": {"redfish_system_id": m.id}} for m in machines]
         return self.api("POST", "/v1/machines", expect=201, json=body)
+
+    def _make_partition(self, boot_url=None):
+        boot = {
+            # no_timer_check: on a busy TCG host the kernel's IO-APIC
+            # timer check can fail and panic ("IO-APIC + timer doesn't work")
+            "cmdline": "console=ttyS0 quiet no_timer_check",
+            "kernel_url": f"{IMAGE_URL}/vmlinuz",
+            "initrd_url": f"{IMAGE_URL}/initrd.img"}
+        if boot_url:
+            boot["boot_url"] = boot_url
+        self.api("POST", "/v1/partitions", expect=201, json={"id": PARTITION, "boot": boot})
+        self._partition_made = True
 
     def wait_enrolled(self, machines=None, timeout=60):
         """Until metalboot has prepared the machines' boot interface; their records."""
@@ -668,7 +754,10 @@ class Harness:
 
     # -- observations ------------------------------------------------------------------
     def evidence(self, machine=None, since=None):
-        """Boot evidence rows the server recorded (read-only look at its database)."""
+        """Boot evidence rows the server recorded (read-only look at its database;
+        with the agent, PostgreSQL's, and ``delivery`` the agent's id:sequence)."""
+        if self.control:
+            return self._select_evidence(self.control.evidence_rows(), machine, since)
         db = os.path.join(self.state_dir, "metalboot.sqlite")
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
         try:
@@ -676,12 +765,18 @@ class Harness:
                                "created_at, data FROM boot_evidence ORDER BY id").fetchall()
         finally:
             con.close()
+        return self._select_evidence(
+            [dict(zip(("id", "machine_id", "interface", "kind", "path", "client_address",
+                       "created_at", "data"), row, strict=True)) for row in rows], machine, since)
+
+    @staticmethod
+    def _select_evidence(rows, machine, since):
         out = []
-        for row in rows:
-            item = dict(zip(("id", "machine_id", "interface", "kind", "path", "client_address",
-                             "created_at", "data"), row, strict=True))
+        for item in rows:
             item["time"] = utc_epoch(item["created_at"])
-            item["data"] = json.loads(item["data"]) if item["data"] else {}
+            if isinstance(item["data"], str):
+                item["data"] = json.loads(item["data"])
+            item["data"] = item["data"] or {}
             if machine is not None and item["machine_id"] != machine.id:
                 continue
             if since is not None and item["time"] < since:

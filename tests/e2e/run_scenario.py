@@ -5,12 +5,18 @@
     sudo python tests/e2e/run_scenario.py chain               # the full chain (2 machines)
     sudo python tests/e2e/run_scenario.py path dhcp-httpboot  # one path, from --source
     sudo python tests/e2e/run_scenario.py chain --hold        # keep it all up afterwards
+    sudo python tests/e2e/run_scenario.py path pxe --agent    # through the partition's agent
+    sudo python tests/e2e/run_scenario.py api-stop            # a wave, the API stopped 60 s
+    sudo python tests/e2e/run_scenario.py agent-kill          # two agents, one killed
 
 Builds the same boot network as the pytest e2e tests (tests/e2e/harness.py) in
 a namespace of its own and removes it at the end, also on failure or Ctrl-C.
 ``--workdir`` keeps the logs (server, dnsmasq, Kea, BMCs, serial consoles,
 boots.jsonl per machine) after the run; without it they go to a temporary
-directory that is deleted unless the scenario failed.
+directory that is deleted unless the scenario failed. ``--agent`` (implied by
+``api-stop`` and ``agent-kill``) puts the control plane into a namespace of its own, fenced off
+from the partition but for the API's port, and lets metalboot-boot-agent serve
+the machines (tests/e2e/control_plane.py).
 """
 
 import argparse
@@ -30,7 +36,8 @@ PATHS = ["fake", "pxe", "redfish-virtual-media-ipxe", "redfish-http-url", "dhcp-
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=["smoke", "chain", "path"])
+    parser.add_argument("scenario", choices=["smoke", "chain", "path", "api-stop",
+                                             "agent-kill"])
     parser.add_argument("target", nargs="?", choices=PATHS,
                         help="boot interface to migrate to (scenario 'path')")
     parser.add_argument("--source", default="fake", choices=PATHS,
@@ -38,19 +45,24 @@ def main(argv=None):
                              "(scenario 'path'; default fake)")
     parser.add_argument("--machines", type=int, help="default: 1 (smoke, path), 2 (chain)")
     parser.add_argument("--workdir", help="keep all logs here")
+    parser.add_argument("--agent", action="store_true",
+                        help="the control plane apart, the partition's agent serving")
     parser.add_argument("--hold", action="store_true",
                         help="after the scenario, keep everything running until Ctrl-C")
     args = parser.parse_args(argv)
     if args.scenario == "path" and not args.target:
         parser.error("scenario 'path' needs a target interface")
-    count = args.machines or (2 if args.scenario == "chain" else 1)
+    waves = ("chain", "api-stop", "agent-kill")
+    count = args.machines or (2 if args.scenario in waves else 1)
+    agent = args.agent or args.scenario in waves[1:]
 
     # SIGTERM like Ctrl-C, so that the harness is closed either way.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     # pxe needs DHCPv4; every other scenario runs on an IPv6-only boot network.
-    ipv6_only = args.scenario == "chain" or (
+    ipv6_only = args.scenario in waves or (
         args.scenario == "path" and "pxe" not in (args.target, args.source))
-    harness = Harness(machines=count, workdir=args.workdir, ipv6_only=ipv6_only)
+    harness = Harness(machines=count, workdir=args.workdir, ipv6_only=ipv6_only, agent=agent,
+                      agents=2 if args.scenario == "agent-kill" else 1)
     failed = True
     started = time.monotonic()
     try:
@@ -59,6 +71,15 @@ def main(argv=None):
             rows = scenarios.pxe_smoke(harness)
         elif args.scenario == "chain":
             rows = scenarios.migration_chain(harness)
+        elif args.scenario == "api-stop":
+            rows, _ = scenarios.api_stopped_in_a_wave(harness, args.target or
+                                                      "redfish-virtual-media-ipxe")
+        elif args.scenario == "agent-kill":
+            rows, _ = scenarios.agent_killed_in_a_wave(harness, args.target or
+                                                       "redfish-virtual-media-ipxe")
+        elif agent:
+            print(scenarios.fenced_partition(harness))
+            rows = scenarios.agent_boot(harness, args.target)
         else:
             rows = scenarios.single_path(harness, args.target, source=args.source)
         print(scenarios.format_table(rows))

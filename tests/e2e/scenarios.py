@@ -13,7 +13,9 @@ import json
 import time
 from typing import List, Optional
 
-from tests.e2e.harness import HarnessError, utc_epoch
+import requests
+
+from tests.e2e.harness import PARTITION, HarnessError, utc_epoch
 
 #: The per-machine artifact whose fetch a migration to each interface waits for
 #: (the first one the firmware or iPXE fetches on that path).
@@ -85,6 +87,11 @@ def migrate(h, target, step, boot_timeout=BOOT_TIMEOUT, expect="done", timeout=9
     boot report; rows for the table, with the whole chain of each boot."""
     t0 = time.time()
     created = h.migrate(target, boot_timeout=boot_timeout, require_boot_report=True)
+    return finish(h, created, target, step, t0, expect, timeout)
+
+
+def finish(h, created, target, step, t0, expect="done", timeout=900):
+    """Rows of migration ``created`` (started at ``t0``) once it has ended."""
     h.wait_migration(created["id"], timeout=timeout)
     per = h.migration_machines(created["id"])
     rows = []
@@ -411,3 +418,154 @@ def https_untrusted(h, timeout=BOOT_TIMEOUT):
               "; ".join(dict.fromkeys(console)))
     return row, attempts, console, evidence
 
+
+
+# -- the partition's boot agent, the control plane apart (Harness(agent=True)) -------------
+
+def fenced_partition(h):
+    """What of the control plane the partition's namespace reaches: {what: None
+    if a TCP connection was accepted, else why not}. PostgreSQL listens on the
+    link's address too, so the control plane's own connection to it there
+    shows that the firewall, not the address, keeps the partition off."""
+    from tests.e2e.control_plane import API_PORT, CONTROL_V6
+    pg = h.control.postgres.port
+    return {"api from the partition": h.control.connect_from_partition(CONTROL_V6, API_PORT),
+            "postgresql from the partition": h.control.connect_from_partition(CONTROL_V6, pg),
+            "postgresql from the control plane": h.control.connect_from_control(CONTROL_V6, pg)}
+
+
+def through_agent(h, since, rows, timeout=60):
+    """Every evidence row of the machines since ``since`` was journaled by an
+    agent and delivered by it (``delivery`` is its id and journal sequence),
+    once each, and every agent's journal is empty; the /healthz of the last."""
+    for url in h.agent_urls.values():
+        deadline = time.monotonic() + timeout
+        while True:
+            health = requests.get(url + "/healthz", timeout=10).json()
+            if health["journal_pending"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if health["journal_pending"]:
+            raise ScenarioFailed(f"{health['agent']}'s journal still holds "
+                                 f"{health['journal_pending']} record(s) after {timeout} s: "
+                                 f"{health}", rows, h)
+    ids = {m.id for m in h.machines}
+    mine = [e for e in h.evidence(since=since) if e["machine_id"] in ids]
+    delivered = [e["delivery"] for e in mine]
+    if not mine or any((d or "").split(":")[0] not in h.agent_urls for d in delivered):
+        raise ScenarioFailed(f"evidence not delivered by {', '.join(h.agent_urls)}: "
+                             f"{[(e['path'], e['delivery']) for e in mine]}", rows, h)
+    if len(set(delivered)) != len(delivered):
+        raise ScenarioFailed(f"evidence stored twice: {sorted(delivered)}", rows, h)
+    return health, mine
+
+
+def agent_boot(h, target):
+    """The machines boot through ``target`` to the report with the partition's
+    agent serving them: on the IPv6-only network migrated from fake, ``pxe``
+    (dual-stack) registered on it and powered on. Every fetch and report was
+    journaled by the agent and delivered by it."""
+    t0 = time.time()
+    rows = (enrol_and_boot(h, target) if target == "pxe" else migrate_to_report(h, target))
+    health, mine = through_agent(h, t0, rows)
+    for row in rows:
+        row.note = "; ".join(filter(None, [row.note, f"through the agent: {len(mine)} rows "
+                                           f"delivered, journal empty"]))
+    return rows
+
+
+def replicated(h, timeout=30):
+    """Until the agent's replica of the partition is at the API's cursor of now."""
+    cursor = h.api("GET", f"/v1/partitions/{PARTITION}/boot-data")["cursor"]
+    deadline = time.monotonic() + timeout
+    for url in h.agent_urls.values():
+        while True:
+            health = requests.get(url + "/healthz", timeout=10).json()
+            if all(p["cursor"] >= cursor for p in health["partitions"]):
+                break
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"{health['agent']} is not at cursor {cursor} after "
+                                     f"{timeout} s: {health}", [], h)
+            time.sleep(0.2)
+
+
+def api_stopped_in_a_wave(h, target, pause=60, start_timeout=300):
+    """A wave (all machines) to ``target``; once the BMCs have started the
+    machines, the API process is stopped (SIGSTOP) for ``pause`` s while the
+    conductor goes on. The machines boot through the agent meanwhile, which
+    stays fresh and journals; after the API returns it delivers, and the wave
+    ends done on each machine's report. Returns (rows, what the test checks)."""
+    _ipv6_only(h)
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate(target, boot_timeout=BOOT_TIMEOUT, require_boot_report=True)
+    deadline = time.monotonic() + start_timeout
+    while not all(_first_start(m, t0) for m in h.machines):
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"the BMCs did not start the machines within {start_timeout} s",
+                                 [], h, h.machines[0])
+        time.sleep(0.5)
+    replicated(h)  # what the machines will ask for, the migration's too, is at the agent
+    paused_at = time.time()
+    h.control.pause_api()
+    health = []
+    try:
+        while time.time() < paused_at + pause:
+            r = requests.get(h.agent_url + "/healthz", timeout=10)
+            health.append((r.status_code, r.json()["journal_pending"]))
+            if len(health) == 1:
+                try:
+                    h.api("GET", "/v1/migrations", timeout=2)
+                    raise ScenarioFailed("the API answered while it was stopped", [], h)
+                except requests.Timeout:
+                    pass
+            time.sleep(2)
+    finally:
+        h.control.resume_api()
+    resumed_at = time.time()
+    per, rows = finish(h, created, target, f"wave, API stopped {pause} s", t0)
+    _, mine = through_agent(h, t0, rows)
+    during = [e for e in mine if paused_at <= e["time"] < resumed_at]
+    for m, row in zip(h.machines, rows, strict=True):
+        row.note = "served while the API was stopped: " + (", ".join(
+            e["path"] for e in during if e["machine_id"] == m.id) or "nothing")
+    return rows, {"paused_at": paused_at, "resumed_at": resumed_at, "health": health,
+                  "during": during, "finished_at": utc_epoch(
+                      h.api("GET", f"/v1/migrations/{created['id']}")["finished_at"])}
+
+
+def agent_killed_in_a_wave(h, target="redfish-virtual-media-ipxe", timeout=300):
+    """Two agents on one anycast address (``Harness(agents=2)``); a wave to
+    ``target``. The agent that served the first ``boot.ipxe`` is SIGKILLed and,
+    a second later, its route withdrawn (a BGP speaker's failed health check);
+    the machines' further requests reach the other agent (iPXE and metal-hammer
+    retry a failed one). The wave ends done; the killed agent, started again on
+    its state, delivers what its journal still held. Returns (rows, what the
+    test checks)."""
+    _ipv6_only(h)
+    h.register(REGISTERED_ON)
+    t0 = time.time()
+    created = h.migrate(target, boot_timeout=BOOT_TIMEOUT, require_boot_report=True)
+    deadline = time.monotonic() + timeout
+    while True:
+        first = [e for e in h.evidence(since=t0) if e["path"] == "boot.ipxe" and e["delivery"]]
+        if first:
+            break
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"no boot.ipxe served within {timeout} s", [], h, h.machines[0])
+        time.sleep(0.2)
+    victim = first[0]["delivery"].split(":")[0]
+    key = victim.rsplit("-", 1)[1]
+    h.control.kill_agent(victim)
+    killed_at = time.time()
+    time.sleep(1)
+    h.anycast.announce(*(k for k in h.anycast.netns if k != key))
+    route = h.anycast.route()
+    per, rows = finish(h, created, target, f"wave, {victim} killed", t0)
+    h.control.restart_agent(victim)  # its route stays withdrawn
+    _, mine = through_agent(h, t0, rows)
+    for m, row in zip(h.machines, rows, strict=True):
+        row.note = "; ".join(f"{e['path']} by {e['delivery'].split(':')[0]}"
+                             for e in mine if e["machine_id"] == m.id)
+    return rows, {"victim": victim, "killed_at": killed_at, "route": route,
+                  "evidence": mine}

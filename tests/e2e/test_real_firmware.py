@@ -45,6 +45,17 @@ def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
         "boot.ipxe", "vmlinuz", "initrd.img", "report"]
 
 
+def reported_wave(e2e_report, scenario, *args):
+    """(rows, what it saw) of a scenario that returns both, as :func:`reported`."""
+    seen = {}
+
+    def rows_only(*a):
+        rows, found = scenario(*a)
+        seen.update(found)
+        return rows
+    return reported(e2e_report, rows_only, *args), seen
+
+
 #: How each path's fetch of boot.ipxe by MAC may be bound (address_binding)
 BY_MAC = {"redfish-virtual-media-ipxe": {"eui64"},
           "redfish-http-url": {"eui64", "prefix", "dhcp-lease"},
@@ -103,3 +114,69 @@ def test_https_boot_needs_the_enrolled_ca(boot_network, e2e_report, path):
     assert evidence == []
     assert attempts and all("tls" not in a for a in attempts), attempts
     assert "Error: Could not retrieve NBP file size from HTTP server." in console, console
+
+
+# -- the partition's boot agent, the control plane in a namespace of its own ----------------
+
+@pytest.mark.parametrize("path", ["pxe", *scenarios.CHAIN])
+def test_agent_boots_to_the_report(boot_network, e2e_report, path):
+    """The control plane (PostgreSQL, metalboot-api, metalboot-conductor) in a
+    namespace of its own, which the partition's namespace reaches only at the
+    API's port (ip6tables), and metalboot-boot-agent on [fd55::1]:8080 in the
+    partition with a token made through the API, the partition's boot_url
+    pointing at it. A machine boots through ``path`` to metal-hammer's report
+    (``pxe`` registered on it on a dual-stack network, the others migrated on
+    the IPv6-only one); every fetch and the report were journaled by the agent
+    and delivered by it, and the migration ended done on the report."""
+    h = boot_network(machines=1, ipv6_only=path != "pxe", agent=True)
+    reach = scenarios.fenced_partition(h)
+    assert reach["api from the partition"] is None, reach
+    assert reach["postgresql from the control plane"] is None, reach
+    assert reach["postgresql from the partition"] is not None, reach
+    rows = reported(e2e_report, scenarios.agent_boot, h, path)
+    assert [r.outcome for r in rows] == ["booted" if path == "pxe" else "done"]
+    assert [s.split()[0] for s in rows[0].chain.split(" > ")] == (
+        scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
+    assert rows[0].evidence.startswith("boot.ipxe from " if path == "pxe"
+                                       else "report from fd55:"), rows[0].evidence
+
+
+@pytest.mark.parametrize("path", ["redfish-virtual-media-ipxe"])
+def test_agent_serves_a_wave_while_the_api_is_stopped(boot_network, e2e_report, path):
+    """The same split; two machines migrate to ``path`` and, once their BMCs
+    have started them, the API process is stopped for 60 s (the conductor goes
+    on). The agent stays fresh and serves the boots meanwhile, journaling what
+    it cannot deliver; when the API is back it delivers, and the wave ends done
+    on each machine's report."""
+    h = boot_network(machines=2, ipv6_only=True, agent=True)
+    rows, seen = reported_wave(e2e_report, scenarios.api_stopped_in_a_wave, h, path)
+    assert [r.outcome for r in rows] == ["done", "done"]
+    assert all(r.evidence.startswith("report from fd55:") for r in rows)
+    assert seen["resumed_at"] - seen["paused_at"] >= 60
+    assert seen["health"] and all(status == 200 for status, _ in seen["health"]), seen
+    # journaled while the API was away, delivered after it returned
+    assert max(pending for _, pending in seen["health"]) > 0, seen["health"]
+    served = {(e["machine_id"], e["path"]) for e in seen["during"]}
+    assert {m.id for m in h.machines} == {machine for machine, _ in served}, served
+    assert seen["finished_at"] > seen["resumed_at"]
+
+
+@pytest.mark.parametrize("path", ["redfish-virtual-media-ipxe"])
+def test_agent_killed_behind_the_anycast_address(boot_network, e2e_report, path):
+    """The same split with two agents on one anycast address, each in a
+    namespace of its own, behind an ECMP route of the partition's router. In a
+    wave of two machines to ``path`` the agent that served the first
+    ``boot.ipxe`` is SIGKILLed and its route withdrawn a second later: the
+    wave ends done on both reports, the rest of the boots through the other
+    agent; the killed agent, started again, has nothing left undelivered, and
+    every evidence row is stored once, the two agents' in the one database."""
+    h = boot_network(machines=2, ipv6_only=True, agents=2)
+    rows, seen = reported_wave(e2e_report, scenarios.agent_killed_in_a_wave, h, path)
+    assert [r.outcome for r in rows] == ["done", "done"]
+    assert all(r.evidence.startswith("report from fd55:") for r in rows)
+    assert seen["route"].count("nexthop") <= 1 and "fd58:" in seen["route"], seen["route"]
+    agents = {e["delivery"].split(":")[0] for e in seen["evidence"]}
+    assert agents == set(h.agent_urls) and seen["victim"] in agents, agents
+    after = [e for e in seen["evidence"] if e["time"] > seen["killed_at"] + 1]
+    assert after and {e["delivery"].split(":")[0] for e in after} == (
+        agents - {seen["victim"]}), [(e["path"], e["delivery"]) for e in after]
