@@ -380,10 +380,17 @@ def authenticate_report(services, conn, machine_id, token):
     Unauthorized when there is none (checked before the report's body)."""
     machine = conn.execute(sqlalchemy.select(_M.c.id, _M.c.token_generation)
                            .where(_M.c.id == machine_id)).first()
+    return report_interfaces(services, services.tokens, machine, token)
+
+
+def report_interfaces(services, tokens, machine, token):
+    """What :func:`authenticate_report` answers for ``machine`` (with ``id`` and
+    ``token_generation``; None: unknown) by the token signer ``tokens`` (the
+    database's, or an agent's replicated tokens)."""
     found = {}
     if machine is not None:
         for name in services.interfaces.names():
-            own = services.tokens.classify(machine.id, machine.token_generation, name, token)
+            own = tokens.classify(machine.id, machine.token_generation, name, token)
             if own is not None:
                 found[name] = own
     if not found:

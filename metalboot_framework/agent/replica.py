@@ -28,7 +28,7 @@ from metalboot_framework import artifacts
 from metalboot_framework.agent import state_files
 from metalboot_framework.agent.client import ApiError, Gone
 from metalboot_framework.boot_server.cache import Snapshot
-from metalboot_framework.exceptions import Unauthorized, Unavailable
+from metalboot_framework.exceptions import Unavailable
 from metalboot_framework.task import BmcInfo, MachineInfo, NicInfo, PartitionInfo
 from metalboot_framework.tokens import same_token
 
@@ -272,16 +272,9 @@ class Replica:
         reason = self.unavailable(snapshot.partition.id if snapshot is not None else None)
         if reason is not None:
             raise Unavailable(reason)
-        found = {}
-        if snapshot is not None:
-            machine = snapshot.machine
-            for name in self.services.interfaces.names():
-                own = self.tokens.classify(machine.id, machine.token_generation, name, token)
-                if own is not None:
-                    found[name] = own
-        if not found:
-            raise Unauthorized("unknown machine or wrong machine token")
-        return found
+        return artifacts.report_interfaces(
+            self.services, self.tokens, snapshot.machine if snapshot is not None else None,
+            token)
 
     def partition_of(self, machine_id):
         snapshot = self._snapshots.get(machine_id)
