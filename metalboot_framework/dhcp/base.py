@@ -109,6 +109,27 @@ class HostEntry:
     def options_for(self, version):
         return tuple(o for o in self.options if o.version == version)
 
+    def to_dict(self):
+        """The entry as JSON data: how it is stored and travels to the agents."""
+        return {"mac": self.mac, "duid": self.duid, "ipv4_address": self.ipv4_address,
+                "ipv6_address": self.ipv6_address,
+                "options": [{"code": o.code, "value": o.value, "version": o.version,
+                             "hex": o.hex, "when": sorted(m.value for m in o.when),
+                             "always_send": o.always_send} for o in self.options]}
+
+    @classmethod
+    def from_dict(cls, data):
+        """The entry :meth:`to_dict` made; ValueError/KeyError/TypeError if malformed."""
+        return cls(mac=data["mac"], duid=data.get("duid"),
+                   ipv4_address=data.get("ipv4_address"),
+                   ipv6_address=data.get("ipv6_address"),
+                   options=tuple(DhcpOption(code=int(o["code"]), value=str(o["value"]),
+                                            version=int(o.get("version", 4)),
+                                            hex=bool(o.get("hex")),
+                                            when=frozenset(o.get("when") or ()),
+                                            always_send=bool(o.get("always_send")))
+                                 for o in data.get("options") or ()))
+
 
 @dataclasses.dataclass(frozen=True)
 class OwnedEntry:
