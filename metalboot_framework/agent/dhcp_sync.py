@@ -43,6 +43,15 @@ def configured_backends(services):
     return found
 
 
+def wanted(record, interfaces):
+    """{interface: entry dicts} a machine record of the boot data asks of the
+    DHCP servers for ``interfaces``; None for a machine that is gone."""
+    if record is None:
+        return None
+    dhcp = record.get("dhcp") or {}
+    return {iface: dhcp[iface] for iface in interfaces if dhcp.get(iface)}
+
+
 class _Partition:
     def __init__(self):
         self.full = False  # a snapshot was loaded: bring the servers to it as a whole
@@ -54,68 +63,16 @@ class _Partition:
         self.wake = asyncio.Event()
 
 
-class DhcpSync:
-    """Applies the DHCP entries of the replica's partitions to ``backends``."""
+class DhcpApplier:
+    """Writes machines' entries to the backends, remembering what it wrote;
+    one thread at a time."""
 
-    def __init__(self, replica, client, agent_id, backends):
-        self.replica = replica
-        self.client = client
-        self.agent_id = agent_id
+    def __init__(self, backends):
         self.backends = backends  # {interface: [backend]}
-        self.partitions = {}
-        self._applied = {}  # (machine, interface) -> entries held (apply thread only)
-        self._owner = {}  # machine -> partition (apply thread only)
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, "agent-dhcp")
-        self._tasks = []
-        replica.listeners.append(self)
+        self._applied = {}  # (machine, interface) -> entries held
+        self._owner = {}  # machine -> partition
 
-    @property
-    def interfaces(self):
-        return sorted(self.backends)
-
-    # -- what the replica tells (on the event loop) -----------------------------------
-    def _state(self, partition_id):
-        state = self.partitions.get(partition_id)
-        if state is None:
-            state = self.partitions[partition_id] = _Partition()
-        return state
-
-    def loaded(self, data):
-        state = self._state(data.id)
-        state.full, state.dirty = True, set()
-        state.wake.set()
-        for other in self.partitions.values():
-            if other.orphans_pending:
-                other.full, other.orphans_pending = True, False
-                other.wake.set()
-
-    def changed(self, data, machine_ids):
-        state = self._state(data.id)
-        state.dirty.update(machine_ids)
-        state.wake.set()
-
-    # -- applying ----------------------------------------------------------------------
-    def _desired(self, data, machine_ids):
-        return {mid: self._wanted(data.machines.get(mid)) for mid in machine_ids}
-
-    def _wanted(self, record):
-        if record is None:
-            return None
-        dhcp = record.get("dhcp") or {}
-        return {iface: dhcp[iface] for iface in self.backends if dhcp.get(iface)}
-
-    def _others_loaded(self, partition_id):
-        """Machine ids of the agent's other partitions, or None if one is not loaded."""
-        others = set()
-        for data in self.replica.partitions.values():
-            if data.id == partition_id:
-                continue
-            if data.record is None:
-                return None
-            others.update(data.machines)
-        return others
-
-    def _apply(self, partition_id, full, desired, others):
+    def apply(self, partition_id, full, desired, others):
         """In the DHCP thread: make the servers hold ``desired`` ({machine:
         {interface: entry dicts} or None: gone}); with ``full`` it is the
         partition's whole data. Returns the machines with entries."""
@@ -167,6 +124,61 @@ class DhcpSync:
         else:
             self._owner.pop(machine_id, None)
 
+
+class DhcpSync:
+    """Applies the DHCP entries of the replica's partitions to ``backends``."""
+
+    def __init__(self, replica, client, agent_id, backends):
+        self.replica = replica
+        self.client = client
+        self.agent_id = agent_id
+        self.backends = backends  # {interface: [backend]}
+        self.partitions = {}
+        self.applier = DhcpApplier(backends)
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "agent-dhcp")
+        self._tasks = []
+        replica.listeners.append(self)
+
+    @property
+    def interfaces(self):
+        return sorted(self.backends)
+
+    # -- what the replica tells (on the event loop) -----------------------------------
+    def _state(self, partition_id):
+        state = self.partitions.get(partition_id)
+        if state is None:
+            state = self.partitions[partition_id] = _Partition()
+        return state
+
+    def loaded(self, data):
+        state = self._state(data.id)
+        state.full, state.dirty = True, set()
+        state.wake.set()
+        for other in self.partitions.values():
+            if other.orphans_pending:
+                other.full, other.orphans_pending = True, False
+                other.wake.set()
+
+    def changed(self, data, machine_ids):
+        state = self._state(data.id)
+        state.dirty.update(machine_ids)
+        state.wake.set()
+
+    # -- applying ----------------------------------------------------------------------
+    def _desired(self, data, machine_ids):
+        return {mid: wanted(data.machines.get(mid), self.backends) for mid in machine_ids}
+
+    def _others_loaded(self, partition_id):
+        """Machine ids of the agent's other partitions, or None if one is not loaded."""
+        others = set()
+        for data in self.replica.partitions.values():
+            if data.id == partition_id:
+                continue
+            if data.record is None:
+                return None
+            others.update(data.machines)
+        return others
+
     async def _run(self, partition_id):
         loop = asyncio.get_running_loop()
         state = self._state(partition_id)
@@ -185,7 +197,7 @@ class DhcpSync:
                 state.full, state.dirty = False, set()
                 try:
                     state.entries = await loop.run_in_executor(
-                        self._thread, self._apply, partition_id, full, desired, others)
+                        self._thread, self.applier.apply, partition_id, full, desired, others)
                 except Exception as exc:  # reported; tried again, with what came since
                     state.full, state.dirty = state.full or full, state.dirty | set(dirty)
                     message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
