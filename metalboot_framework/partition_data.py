@@ -108,24 +108,13 @@ def _partition_row(conn, partition_id):
     return row
 
 
-def sequence_changes(services):
-    """PostgreSQL: give feed positions to the changes that are final."""
-    if not services.db.is_sqlite:
-        with services.db.write_conn() as conn:
-            feed.sequence(conn, "boot_changes", feed.BOOT_CHANGES_LOCK)
-
-
-def change_position(services):
-    return _CH.c.id if services.db.is_sqlite else _CH.c.feed_id
-
-
 def snapshot(services, partition_id):
     """GET /v1/partitions/{id}/boot-data: everything the partition's agents
     serve, and the cursor of the change feed it is current to."""
-    sequence_changes(services)
+    feed.sequence_boot_changes(services)
     with services.db.read_conn() as conn:  # one read transaction: the cursor fits the data
         cursor = conn.execute(select(func.coalesce(
-            func.max(change_position(services)), 0))).scalar()
+            func.max(feed.boot_change_position(services)), 0))).scalar()
         partition = partition_record(_partition_row(conn, partition_id))
         machines = machine_records(conn, services, partition_id)
     return {"partition": partition, "interfaces": services.interfaces.names(),
@@ -137,7 +126,7 @@ def changes(services, partition_id, since, wait=0.0):
     """GET /v1/partitions/{id}/boot-data/changes: what changed after cursor
     ``since``, waiting up to ``wait`` seconds for a change (long poll)."""
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
-    position = change_position(services)
+    position = feed.boot_change_position(services)
     while True:
         with services.db.read_conn() as conn:
             _partition_row(conn, partition_id)
@@ -160,8 +149,8 @@ def changes(services, partition_id, since, wait=0.0):
 
 
 def _read_changes(services, partition_id, since):
-    sequence_changes(services)
-    position = change_position(services)
+    feed.sequence_boot_changes(services)
+    position = feed.boot_change_position(services)
     with services.db.read_conn() as conn:
         rows = conn.execute(
             select(position, _CH.c.machine_id)

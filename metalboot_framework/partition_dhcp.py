@@ -18,7 +18,7 @@ import time
 
 from sqlalchemy import delete, func, select
 
-from metalboot_framework import partition_data
+from metalboot_framework import feed
 from metalboot_framework.exceptions import BootInterfaceError, Gone, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.timestamps import iso
@@ -59,8 +59,8 @@ def withdraw(services, machine_id, interface=None):
 
 def _change_position(services, machine_id):
     """The feed position of the machine's newest change (committed already)."""
-    partition_data.sequence_changes(services)
-    position = partition_data.change_position(services)
+    feed.sequence_boot_changes(services)
+    position = feed.boot_change_position(services)
     with services.db.read_conn() as conn:
         return conn.execute(select(func.coalesce(func.max(position), 0)).where(
             _CH.c.machine_id == machine_id)).scalar()
@@ -148,8 +148,8 @@ async def wait_applied(services, machine_id, partition_id, interface, position,
 # -- the agents' side (through the API) --------------------------------------------------
 def record_report(services, partition_id, report):
     """POST /v1/partitions/{id}/boot-data/dhcp: what an agent's DHCP servers hold."""
-    partition_data.sequence_changes(services)
-    position = partition_data.change_position(services)
+    feed.sequence_boot_changes(services)
+    position = feed.boot_change_position(services)
     with services.db.read_conn() as conn:
         if conn.execute(select(models.Partition.id).where(
                 models.Partition.id == partition_id)).first() is None:
@@ -173,8 +173,8 @@ def record_report(services, partition_id, report):
 
 def agent_list(services, partition_id):
     """GET /v1/partitions/{id}/dhcp-agents: what each agent last reported."""
-    partition_data.sequence_changes(services)
-    position = partition_data.change_position(services)
+    feed.sequence_boot_changes(services)
+    position = feed.boot_change_position(services)
     with services.db.read_conn() as conn:
         if conn.execute(select(models.Partition.id).where(
                 models.Partition.id == partition_id)).first() is None:

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from sqlalchemy import select
 
+from metalboot_framework import partition_dhcp
 from metalboot_framework.store import models
 
 
@@ -209,7 +210,6 @@ class BootTask:
         has applied them to its DHCP servers. Returns the agents' ids; raises
         :class:`~metalboot_framework.exceptions.BootInterfaceError` naming the
         agents that did not apply them within ``[dhcp] apply_timeout``."""
-        from metalboot_framework import partition_dhcp
         position = await asyncio.to_thread(partition_dhcp.publish, self.services,
                                            self.machine.id, self.interface, list(entries))
         return await partition_dhcp.wait_applied(self.services, self.machine.id,
@@ -219,7 +219,6 @@ class BootTask:
         """Remove the machine's DHCP entries of the task's interface and wait
         until the partition's boot agents have removed them from their DHCP
         servers (as :meth:`apublish_dhcp_entries` waits)."""
-        from metalboot_framework import partition_dhcp
         position = await asyncio.to_thread(partition_dhcp.withdraw, self.services,
                                            self.machine.id, self.interface)
         return await partition_dhcp.wait_applied(self.services, self.machine.id,

@@ -37,6 +37,8 @@ class LocalDhcpAgent:
         self._thread.join(10)
 
     def _once(self, partition_id):
+        # the backends as the configuration names them now (tests change it)
+        self.backends = self.applier.backends = configured_backends(self.services)
         cursor = self.cursors.get(partition_id)
         if cursor is None:
             document = partition_data.snapshot(self.services, partition_id)
@@ -51,9 +53,12 @@ class LocalDhcpAgent:
             count = self.applier.apply(partition_id, False, desired, set())
             cursor = changes["cursor"]
         self.cursors[partition_id] = cursor
+        self._report(partition_id, count, None)
+
+    def _report(self, partition_id, count, error):
         partition_dhcp.record_report(self.services, partition_id, {
-            "agent": self.agent_id, "cursor": cursor, "interfaces": sorted(self.backends),
-            "entries": count, "error": None})
+            "agent": self.agent_id, "cursor": self.cursors.get(partition_id) or 0,
+            "interfaces": sorted(self.backends), "entries": count, "error": error})
 
     def _loop(self):
         while not self._stop.wait(0.05):
@@ -62,5 +67,9 @@ class LocalDhcpAgent:
                     self._once(partition_id)
                 except NotFound:
                     pass  # the test has not made the partition yet
-                except Exception as exc:  # the step that waits for it fails, naming it
+                except Exception as exc:  # reported, as the agent does: the step names it
                     self.errors.append(exc)
+                    try:
+                        self._report(partition_id, 0, getattr(exc, "message", str(exc)))
+                    except NotFound:
+                        pass

@@ -983,21 +983,9 @@ class EvidenceDataSchema(StrictSchema):
         "description": "The Range header of the fetch."})
     by_mac = fields.String(validate=validate.Length(max=64), metadata={
         "description": "How a fetch by MAC was bound to the machine."})
-    lease = fields.Nested("EvidenceLeaseSchema", metadata={
-        "description": "by_mac dhcp-lease: the lease of the agent's DHCP server that "
-                       "bound the fetch."})
     # a boot report's message as the machine sent it (its own rules: any text but NUL)
     message = fields.String(validate=[validate.Length(max=4096),
                                       validate.Regexp("^[^\\x00]*$")], metadata=ANY_TEXT)
-
-
-class EvidenceLeaseSchema(StrictSchema):
-    address = fields.String(required=True, validate=validate.Length(max=64))
-    mac = fields.String(required=True, validate=validate.Regexp(
-        "^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"))
-    expires = fields.Integer(required=True, validate=validate.Range(min=0, max=MAX_CURSOR),
-                             metadata={"description": "Epoch seconds; 0: never."})
-    server = fields.String(required=True, validate=validate.OneOf(("dnsmasq", "Kea")))
 
 
 class EvidenceRecordSchema(StrictSchema):

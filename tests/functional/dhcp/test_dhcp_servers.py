@@ -6,7 +6,7 @@ import time
 import pytest
 
 from metalboot_framework.dhcp import DhcpBackendError, DhcpOption, HostEntry, get_backend
-from metalboot_framework.exceptions import ValidationFailed
+from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
 from metalboot_framework.steploop import call_blocking
 from metalboot_framework.store import models
 
@@ -210,17 +210,22 @@ def test_kea_restart_signal_reload_and_refused_config(net, kea, services, make_t
     assert v6_url(net.v6(M2)) == t2.artifact_url("ipxe.efi")
 
 
-def test_validate_fails_clearly_when_kea_is_down(net, kea, services, make_task):
+def test_prepare_fails_clearly_when_the_agents_kea_is_down(net, kea, services, make_task):
     http = services.interfaces.get("dhcp-httpboot")
     services.conf.set_override("ipv4_backend", "", group="dhcp_httpboot")
+    services.conf.set_override("apply_timeout", 3, group="dhcp")
     task = make_task("dhcp-httpboot", [{"mac": M1, "duid": D1}])
     http.validate(task)
+    # the agent's own check of its backends names the option at fault
+    [kea_backend] = http.dhcp_backends(services.conf).values()
+    kea_backend.validate()
     kea.stop()
     with pytest.raises(ValidationFailed) as err:
-        http.validate(task)
+        kea_backend.validate()
     assert "[kea] control_socket" in err.value.message
     assert "[kea] control_socket" in err.value.fields
-    with pytest.raises(DhcpBackendError, match="not reachable"):
+    # the step fails after apply_timeout naming the agent and what it could not do
+    with pytest.raises(BootInterfaceError, match="local-agent .*not reachable"):
         call_blocking(http.prepare, task)
 
 
