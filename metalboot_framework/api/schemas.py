@@ -817,6 +817,11 @@ class EvidenceSchema(Schema):
     path = fields.String(**ALWAYS)
     client_address = fields.String(allow_none=True, **ALWAYS)
     created_at = Timestamp(**ALWAYS)
+    binding = fields.String(allow_none=True, **ALWAYS, metadata={
+        "description": "A fetch by MAC: how its address was bound to the machine "
+                       "(eui64, nic-address, prefix, dhcp-lease, unbound); null otherwise."})
+    lease = fields.Nested("EvidenceLeaseSchema", allow_none=True, **ALWAYS, metadata={
+        "description": "binding dhcp-lease: the DHCP server's lease that bound it."})
 
 
 class EvidenceListSchema(Schema):
@@ -983,9 +988,22 @@ class EvidenceDataSchema(StrictSchema):
         "description": "The Range header of the fetch."})
     by_mac = fields.String(validate=validate.Length(max=64), metadata={
         "description": "How a fetch by MAC was bound to the machine."})
+    lease = fields.Nested("EvidenceLeaseSchema", metadata={
+        "description": "by_mac dhcp-lease: the lease of the DHCP server beside the "
+                       "agent that bound the fetch to the machine."})
     # a boot report's message as the machine sent it (its own rules: any text but NUL)
     message = fields.String(validate=[validate.Length(max=4096),
                                       validate.Regexp("^[^\\x00]*$")], metadata=ANY_TEXT)
+
+
+class EvidenceLeaseSchema(StrictSchema):
+    address = fields.String(required=True, validate=validate.Length(max=64))
+    mac = fields.String(required=True, validate=validate.Regexp(
+        "^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"))
+    expires = fields.Integer(required=True, strict=True,
+                             validate=validate.Range(min=0, max=MAX_CURSOR),
+                             metadata=dict(INT64, description="Epoch seconds; 0: never."))
+    server = fields.String(required=True, validate=validate.OneOf(("dnsmasq", "Kea")))
 
 
 class EvidenceRecordSchema(StrictSchema):
