@@ -132,12 +132,14 @@ async def wait_applied(services, machine_id, partition_id, interface, position,
                        action="applied"):
     """Return the ids of the partition's fresh agents once each has applied
     boot data ``position``; raise :class:`DhcpNotApplied` after ``[dhcp]
-    apply_timeout`` (also when no agent that applies ``interface`` is fresh)."""
+    apply_timeout``. Entries applied (``action`` "applied") need a fresh
+    agent; entries removed do not: an agent that is not fresh removes them
+    when it reads the boot data again, before it reports itself fresh."""
     deadline = time.monotonic() + services.conf.dhcp.apply_timeout
     while True:
         done, pending, stale = await asyncio.to_thread(_pending, services, partition_id,
                                                        interface, position)
-        if done and not pending:
+        if not pending and (done or action == "removed"):
             return [r.agent_id for r in done]
         if time.monotonic() >= deadline:
             raise _failure(services, machine_id, partition_id, interface, position, pending,

@@ -75,20 +75,33 @@ class DhcpApplier:
     def apply(self, partition_id, full, desired, others):
         """In the DHCP thread: make the servers hold ``desired`` ({machine:
         {interface: entry dicts} or None: gone}); with ``full`` it is the
-        partition's whole data. Returns the machines with entries."""
+        partition's whole data. Each backend gets all its changes in one call
+        (Kea: one reload). Returns the number of machines with entries."""
+        plan = _Plan()
         if full:
-            self._reconcile(partition_id, desired, others)
+            self._reconcile(partition_id, desired, others, plan)
         for machine_id, wanted in sorted(desired.items()):
-            self._apply_machine(partition_id, machine_id, wanted)
+            self._plan_machine(machine_id, wanted, plan)
+        for backend, items in plan.by_backend.values():
+            backend.apply_host_entries(items)
+        for key, entries in plan.done:
+            if entries is None:
+                self._applied.pop(key, None)
+            else:
+                self._applied[key] = entries
+        for machine_id in {key[0] for key, _ in plan.done} | set(desired):
+            if any((machine_id, i) in self._applied for i in self.backends):
+                self._owner[machine_id] = partition_id
+            else:
+                self._owner.pop(machine_id, None)
         return sum(1 for owner in self._owner.values() if owner == partition_id)
 
-    def _reconcile(self, partition_id, desired, others):
+    def _reconcile(self, partition_id, desired, others, plan):
         owned = set()
         for backends in self.backends.values():
             for backend in backends:
                 for entry in backend.list_host_entries():
                     owned.add((entry.machine_id, entry.interface))
-                    self._applied.setdefault((entry.machine_id, entry.interface), None)
         for machine_id, interface in sorted(owned):
             if machine_id in desired or interface not in self.backends:
                 continue
@@ -96,33 +109,41 @@ class DhcpApplier:
                 continue  # another partition's, or it may be
             LOG.info("DHCP: removing the entries of machine %s (%s): not in the boot data of "
                      "partition %s any more", machine_id, interface, partition_id)
-            for backend in self.backends[interface]:
-                backend.remove_host_entries(machine_id, interface)
-            self._applied.pop((machine_id, interface), None)
-            self._owner.pop(machine_id, None)
-        for (machine_id, interface) in list(self._applied):
-            if machine_id in desired and (machine_id, interface) in owned:
-                self._applied[(machine_id, interface)] = None  # content unknown: rewrite
+            plan.remove(self.backends[interface], machine_id, interface)
+        for key in owned:
+            if key[0] in desired:
+                self._applied[key] = None  # held, content unknown: written again
 
-    def _apply_machine(self, partition_id, machine_id, wanted):
+    def _plan_machine(self, machine_id, wanted, plan):
         for interface, backends in self.backends.items():
             entries = (wanted or {}).get(interface)
             key = (machine_id, interface)
             if entries:
-                if self._applied.get(key) == entries:
-                    continue
-                hosts = [HostEntry.from_dict(e) for e in entries]
-                for backend in backends:
-                    backend.ensure_host_entries(machine_id, interface, hosts)
-                self._applied[key] = entries
+                if self._applied.get(key) != entries:
+                    plan.ensure(backends, machine_id, interface, entries)
             elif key in self._applied:
-                for backend in backends:
-                    backend.remove_host_entries(machine_id, interface)
-                del self._applied[key]
-        if any((machine_id, i) in self._applied for i in self.backends):
-            self._owner[machine_id] = partition_id
-        else:
-            self._owner.pop(machine_id, None)
+                plan.remove(backends, machine_id, interface)
+
+
+class _Plan:
+    """The changes of one apply, by backend, and what is held after them."""
+
+    def __init__(self):
+        self.by_backend = {}  # id(backend) -> (backend, [(machine, interface, entries)])
+        self.done = []  # ((machine, interface), entry dicts or None)
+
+    def _add(self, backends, item):
+        for backend in backends:
+            self.by_backend.setdefault(id(backend), (backend, []))[1].append(item)
+
+    def ensure(self, backends, machine_id, interface, entries):
+        self._add(backends, (machine_id, interface,
+                             [HostEntry.from_dict(e) for e in entries]))
+        self.done.append(((machine_id, interface), entries))
+
+    def remove(self, backends, machine_id, interface):
+        self._add(backends, (machine_id, interface, None))
+        self.done.append(((machine_id, interface), None))
 
 
 class DhcpSync:

@@ -20,9 +20,9 @@ dhcp_opts = [
                       "by DHCP (pxe, dhcp-httpboot) waits for the boot agents of the "
                       "machine's partition to apply its DHCP entries to their DHCP "
                       "servers; then the step fails naming the agents that did not."),
-    cfg.FloatOpt("agent_timeout", default=30.0, min=1.0,
+    cfg.FloatOpt("agent_timeout", default=30.0, min=10.0,
                  help="A boot agent that has not reported its DHCP servers' state for "
-                      "this many seconds is not waited for (agents report every few "
+                      "this many seconds is not waited for (agents report every 5 "
                       "seconds). A partition with no agent reporting cannot be prepared "
                       "for a DHCP interface."),
 ]

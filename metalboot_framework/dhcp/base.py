@@ -221,6 +221,21 @@ class DhcpBackend(abc.ABC):
         the machine's NICs. Returns ``True`` when something was removed.
         """
 
+    def apply_host_entries(self, changes: Sequence[Tuple[str, str, Optional[Sequence[
+            HostEntry]]]]) -> bool:
+        """Apply many machines' changes: ``(machine_id, interface, entries)``,
+        ``entries`` empty or None to remove that pair's entries. As the calls
+        of :meth:`ensure_host_entries` and :meth:`remove_host_entries` one by
+        one (the default); a backend whose server reloads everything on a change
+        overrides it to reload once. Returns whether something changed."""
+        changed = False
+        for machine_id, interface, entries in changes:
+            if entries:
+                changed |= bool(self.ensure_host_entries(machine_id, interface, entries))
+            else:
+                changed |= bool(self.remove_host_entries(machine_id, interface))
+        return changed
+
     @abc.abstractmethod
     def list_host_entries(self, machine_id: Optional[str] = None) -> Sequence[OwnedEntry]:
         """What this backend owns on its server (of ``machine_id`` when given)."""

@@ -3,11 +3,13 @@ the boot data, applied by agents that report their cursor, waited for by the
 prepare step (``/v1/partitions/{id}/boot-data/dhcp``, ``.../dhcp-agents``)."""
 
 import asyncio
+import datetime
 
 import pytest
 
 from metalboot_framework import partition_dhcp
 from metalboot_framework.dhcp import DhcpOption, HostEntry, Match
+from metalboot_framework.store import models
 from tests.conftest import ApiClient, machine_body
 from tests.unit.test_partition_agents_api import MID, agent_client
 
@@ -95,6 +97,9 @@ def test_prepare_waits_for_every_fresh_agent(app, api, services, machines):
     # no agent at all: nothing would answer the machine
     with pytest.raises(partition_dhcp.DhcpNotApplied, match="no boot agent of partition p1"):
         wait()
+    # a removal needs none: an agent that comes back reads it before it is fresh
+    assert asyncio.run(partition_dhcp.wait_applied(services, MID, "p1", "pxe", position,
+                                                   action="removed")) == []
     report(agent, position, name="agent-a")
     report(agent, position - 1, name="agent-b", error="Kea control socket not reachable")
     with pytest.raises(partition_dhcp.DhcpNotApplied) as caught:
@@ -104,10 +109,11 @@ def test_prepare_waits_for_every_fresh_agent(app, api, services, machines):
     report(agent, position, name="agent-b")
     assert wait() == ["agent-a", "agent-b"]
     # an agent that stopped reporting is not waited for
-    services.conf.set_override("agent_timeout", 1.0, group="dhcp")
     later = partition_dhcp.publish(services, MID, "pxe", [ENTRY])
-    import time
-    time.sleep(1.1)
+    with services.db.write_conn() as conn:  # agent-b last reported a minute ago
+        conn.execute(models.DhcpAgent.__table__.update()
+                     .where(models.DhcpAgent.agent_id == "agent-b")
+                     .values(reported_at=models.utcnow() - datetime.timedelta(seconds=60)))
     report(agent, later, name="agent-a")
     assert asyncio.run(partition_dhcp.wait_applied(services, MID, "p1", "pxe", later)) \
         == ["agent-a"]

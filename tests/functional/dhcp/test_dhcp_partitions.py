@@ -30,7 +30,7 @@ import requests
 
 from tests.conftest import ServerProcess
 from tests.functional.test_migrations import migrate as start_migration
-from tests.functional.test_migrations import wait_for
+from tests.functional.test_migrations import machine_states, wait_for
 from tests.functional.dhcp.conftest import (DhcpClients, Dnsmasq, Kea, RUN_ID, SERVER_V4,
                                             SERVER_V6,
                                             server_conf, sh)
@@ -266,7 +266,7 @@ def test_each_partition_agent_holds_exactly_its_partitions_entries(fabric, tmp_p
         "enabled_boot_interfaces = fake,pxe,dhcp-httpboot\n"
         f"[dnsmasq]\nhostsdir = {nothing}/hosts\noptsdir = {nothing}/opts\n"
         f"[kea]\ninclude_file = {nothing}/kea.json\ncontrol_socket = {nothing}/kea.sock\n"
-        "[dhcp]\napply_timeout = 15\nagent_timeout = 3\n"
+        "[dhcp]\napply_timeout = 12\nagent_timeout = 10\n"
         f"[dhcp_httpboot]\nipxe_efi_path = {pa.efi}\n")).start()
     # the control plane reaches no DHCP server
     for address in (SERVER_V4, SERVER_V6):
@@ -324,6 +324,12 @@ def test_each_partition_agent_holds_exactly_its_partitions_entries(fabric, tmp_p
     r = server.request("DELETE", f"/v1/machines/{a2}?force=true")
     assert r.status_code in (202, 204), r.text
     assert (a2, HTTPBOOT) in pa.kea_machines()  # nobody told the Kea yet
+    # with no fresh agent, a prepare fails naming why, and the machine is rolled
+    # back (the clean-up's removal is the agent's to apply when it is back)
+    failed = wait_done(server, migrate(server, [a3], PXE))
+    assert failed["counts"] == {"rolled_back": 1}, failed
+    error = machine_states(server, failed["id"])[a3]["last_error"]
+    assert "no boot agent of partition pa" in error and "agent-pa last reported" in error
     pa.start_agent(server)
     deadline = time.monotonic() + 30
     while (a2, HTTPBOOT) in pa.kea_machines():
