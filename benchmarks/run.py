@@ -14,7 +14,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import agent, api, apiscale, bootstorm, conductors, migration, redfish  # noqa: E402,E501
+from benchmarks import agent, api, apiscale, bootstorm, conductors, dhcp, migration, redfish  # noqa: E402,E501
 from benchmarks.common import SUMMARY_HEADER, loadavg, table  # noqa: E402
 
 SCALE = {"redfish": redfish.run, "bootstorm": bootstorm.run, "conductors": conductors.run,
@@ -63,7 +63,7 @@ def run_migration(quick=False):
 
 
 BENCHMARKS = {"api": run_api, "migration": run_migration, "redfish": redfish.run,
-              "agent": agent.run,
+              "agent": agent.run, "dhcp": dhcp.run,
               "bootstorm": bootstorm.run, "conductors": conductors.run, "apiscale": apiscale.run,
               "scale": run_scale}
 #: What `python benchmarks/run.py` (tox -e bench) runs without names.

@@ -50,6 +50,20 @@ def client_ip(address):
     return ip
 
 
+class Binding(str):
+    """The name of a binding; ``lease``: for ``dhcp-lease``, the lease that
+    made it (address, mac, expiry, server), kept with the evidence."""
+
+    lease = None
+
+    @classmethod
+    def of_lease(cls, ip, mac, expiry, server):
+        binding = cls("dhcp-lease")
+        binding.lease = {"address": str(ip), "mac": mac, "expires": int(expiry),
+                         "server": server}
+        return binding
+
+
 class AddressBinding:
     """The rule above, from the configuration (one per process)."""
 
@@ -78,6 +92,8 @@ class AddressBinding:
             if partition in (None, machine.partition_id) and ip.version == network.version \
                     and ip in network:
                 return "prefix"
-        if any(leases.holds([nic.mac for nic in nics], ip) for leases in self.leases):
-            return "dhcp-lease"
+        for leases in self.leases:
+            held = leases.lease_of([nic.mac for nic in nics], ip)
+            if held is not None:
+                return Binding.of_lease(ip, held[0], held[1], leases.server)
         return None

@@ -295,7 +295,9 @@ def fetch_evidence(machine_id, interface, name, client_address, range_header=Non
     kept in its data."""
     data = {"range": range_header} if range_header else {}
     if by_mac is not None:
-        data["by_mac"] = by_mac
+        data["by_mac"] = str(by_mac)
+        if getattr(by_mac, "lease", None):  # dhcp-lease: the lease that bound it
+            data["lease"] = by_mac.lease
     return evidence_row(machine_id, interface, FETCH if bound else UNVERIFIED, name,
                         client_address, data or None, timed)
 

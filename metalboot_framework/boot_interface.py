@@ -89,10 +89,11 @@ class BootInterface(abc.ABC):
     Each method takes a *task*: a :class:`metalboot_framework.task.BootTask`
     giving the machine record, its partition, per-machine artifact URLs and the
     configuration. A plugin reaches the machine's BMC with
-    ``metalboot_framework.bmc.client_for_task(task)`` and the operator's DHCP
-    servers with ``metalboot_framework.dhcp.get_backend(name, task.conf)``;
-    those and the other modules of :mod:`metalboot_framework.sdk` are all a
-    plugin may import. Methods raise
+    ``metalboot_framework.bmc.client_for_task(task)``; DHCP answers are
+    published with ``task.apublish_dhcp_entries`` and applied by the
+    partition's boot agents to the DHCP servers that :meth:`dhcp_backends`
+    names in their configuration; those and the other modules of
+    :mod:`metalboot_framework.sdk` are all a plugin may import. Methods raise
     :class:`metalboot_framework.exceptions.BootInterfaceError` (or a subclass)
     with a message that names what failed; any other exception is treated the
     same way but logged with its traceback.
@@ -110,6 +111,15 @@ class BootInterface(abc.ABC):
 
     #: Whether a boot report the machine posted counts as evidence on its own.
     accepts_boot_report: bool = True
+
+    def dhcp_backends(self, conf) -> Mapping[str, Any]:
+        """The DHCP backends (``metalboot_framework.dhcp.get_backend(name,
+        conf)``) that the entries this interface publishes go to on a boot
+        agent configured by ``conf``, keyed by the option naming each; ``{}``
+        (the default) for an interface that publishes none. Raises
+        :class:`~metalboot_framework.exceptions.ValidationFailed` for a
+        backend that cannot be loaded."""
+        return {}
 
     @abc.abstractmethod
     def get_properties(self) -> Mapping[str, Property]:

@@ -70,3 +70,16 @@ def event_dict(ev):
     return {"id": ev.id, "kind": ev.kind, "message": ev.message,
             "machine_id": ev.machine_id, "migration_id": ev.migration_id,
             "data": ev.data, "created_at": iso(ev.created_at)}
+
+
+def sequence_boot_changes(services):
+    """PostgreSQL: give boot data feed positions to the changes that are final."""
+    if not services.db.is_sqlite:
+        with services.db.write_conn() as conn:
+            sequence(conn, "boot_changes", BOOT_CHANGES_LOCK)
+
+
+def boot_change_position(services):
+    """The column that orders the boot data feed (its cursor)."""
+    table = models.BootChange.__table__
+    return table.c.id if services.db.is_sqlite else table.c.feed_id

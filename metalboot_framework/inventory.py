@@ -488,8 +488,10 @@ def forget_machine(unit, machine_id, cleaned_up):
 
 
 def evidence_dict(ev):
+    data = ev.data or {}
     return {"id": ev.id, "interface": ev.interface, "kind": ev.kind, "path": ev.path,
-            "client_address": ev.client_address, "created_at": iso(ev.created_at)}
+            "client_address": ev.client_address, "created_at": iso(ev.created_at),
+            "binding": data.get("by_mac"), "lease": data.get("lease")}
 
 
 def _machine_history(services, machine_id, model, since, limit):

@@ -141,7 +141,8 @@ def bmc_call(operation):
 
 
 # -- DHCP ---------------------------------------------------------------------------
-DHCP_METHODS = ("validate", "ensure_host_entries", "remove_host_entries", "list_host_entries")
+DHCP_METHODS = ("validate", "ensure_host_entries", "remove_host_entries", "apply_host_entries",
+                "list_host_entries")
 
 
 def instrument_dhcp_backend(backend):

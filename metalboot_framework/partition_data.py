@@ -25,7 +25,7 @@ import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
 from sqlalchemy import func, select
 
-from metalboot_framework import artifacts, feed, machine_steps
+from metalboot_framework import artifacts, feed, machine_steps, partition_dhcp
 from metalboot_framework.exceptions import Gone, InvalidInput, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.timestamps import iso
@@ -83,6 +83,7 @@ def machine_records(conn, services, partition_id, machine_ids=None):
         nics.setdefault(row.machine_id, []).append({n: getattr(row, n) for n in NIC_FIELDS})
     for machine_id, target in conn.execute(booting_query, params):
         booting.setdefault(machine_id, []).append(target)
+    dhcp = partition_dhcp.entries_by_machine(conn, partition_id, machine_ids)
     interfaces = services.interfaces.names()
     tokens = services.tokens
     records = []
@@ -95,6 +96,7 @@ def machine_records(conn, services, partition_id, machine_ids=None):
         record["tokens"] = {
             name: [tokens.machine_token(row.id, generation, name),
                    tokens.unbound_token(row.id, generation, name)] for name in interfaces}
+        record["dhcp"] = dhcp.get(row.id, {})
         records.append(record)
     return records
 
@@ -106,23 +108,13 @@ def _partition_row(conn, partition_id):
     return row
 
 
-def _sequence(services):
-    """PostgreSQL: give feed positions to the changes that are final."""
-    if not services.db.is_sqlite:
-        with services.db.write_conn() as conn:
-            feed.sequence(conn, "boot_changes", feed.BOOT_CHANGES_LOCK)
-
-
-def _position(services):
-    return _CH.c.id if services.db.is_sqlite else _CH.c.feed_id
-
-
 def snapshot(services, partition_id):
     """GET /v1/partitions/{id}/boot-data: everything the partition's agents
     serve, and the cursor of the change feed it is current to."""
-    _sequence(services)
+    feed.sequence_boot_changes(services)
     with services.db.read_conn() as conn:  # one read transaction: the cursor fits the data
-        cursor = conn.execute(select(func.coalesce(func.max(_position(services)), 0))).scalar()
+        cursor = conn.execute(select(func.coalesce(
+            func.max(feed.boot_change_position(services)), 0))).scalar()
         partition = partition_record(_partition_row(conn, partition_id))
         machines = machine_records(conn, services, partition_id)
     return {"partition": partition, "interfaces": services.interfaces.names(),
@@ -134,7 +126,7 @@ def changes(services, partition_id, since, wait=0.0):
     """GET /v1/partitions/{id}/boot-data/changes: what changed after cursor
     ``since``, waiting up to ``wait`` seconds for a change (long poll)."""
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
-    position = _position(services)
+    position = feed.boot_change_position(services)
     while True:
         with services.db.read_conn() as conn:
             _partition_row(conn, partition_id)
@@ -157,8 +149,8 @@ def changes(services, partition_id, since, wait=0.0):
 
 
 def _read_changes(services, partition_id, since):
-    _sequence(services)
-    position = _position(services)
+    feed.sequence_boot_changes(services)
+    position = feed.boot_change_position(services)
     with services.db.read_conn() as conn:
         rows = conn.execute(
             select(position, _CH.c.machine_id)

@@ -5,11 +5,13 @@ that takes minutes (a BMC reset) holds no database session and cannot write
 to the machine record behind the conductor's back.
 """
 
+import asyncio
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 from sqlalchemy import select
 
+from metalboot_framework import partition_dhcp
 from metalboot_framework.store import models
 
 
@@ -200,3 +202,25 @@ class BootTask:
         await self.services.transactions.arecord_event(
             self.machine.id, self.event_kind(kind), message,
             data=dict(data, interface=self.interface), migration_id=self.migration_id)
+
+    async def apublish_dhcp_entries(self, entries):
+        """Make ``entries`` (:class:`~metalboot_framework.dhcp.HostEntry`, one
+        per NIC) what the DHCP servers of the machine's partition answer it for
+        the task's interface, and wait until every boot agent of the partition
+        has applied them to its DHCP servers. Returns the agents' ids; raises
+        :class:`~metalboot_framework.exceptions.BootInterfaceError` naming the
+        agents that did not apply them within ``[dhcp] apply_timeout``."""
+        position = await asyncio.to_thread(partition_dhcp.publish, self.services,
+                                           self.machine.id, self.interface, list(entries))
+        return await partition_dhcp.wait_applied(self.services, self.machine.id,
+                                                 self.partition.id, self.interface, position)
+
+    async def awithdraw_dhcp_entries(self):
+        """Remove the machine's DHCP entries of the task's interface and wait
+        until the partition's boot agents have removed them from their DHCP
+        servers (as :meth:`apublish_dhcp_entries` waits)."""
+        position = await asyncio.to_thread(partition_dhcp.withdraw, self.services,
+                                           self.machine.id, self.interface)
+        return await partition_dhcp.wait_applied(self.services, self.machine.id,
+                                                 self.partition.id, self.interface, position,
+                                                 action="removed")

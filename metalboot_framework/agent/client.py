@@ -111,6 +111,9 @@ class ApiClient:
         return self._call("POST", partition, "/evidence",
                           json={"agent": agent, "journal": journal, "records": records}).json()
 
+    def dhcp_report(self, partition, body):
+        return self._call("POST", partition, "/dhcp", json=body).json()
+
     def download(self, partition, interface, name, path):
         """Write the partition artifact to ``path`` (via a temporary file,
         fsync'ed) if its SHA-256 is the one the API sent; its Content-Type."""

@@ -13,6 +13,7 @@ import sys
 from oslo_config import cfg
 
 from metalboot_framework import boot_endpoints
+from metalboot_framework.agent import dhcp_sync
 from metalboot_framework.agent.artifact_cache import ArtifactCache
 from metalboot_framework.agent.client import ApiClient
 from metalboot_framework.agent.delivery import Delivery
@@ -22,7 +23,7 @@ from metalboot_framework.boot_server import process as boot_process
 from metalboot_framework.boot_server.app import BootServer
 from metalboot_framework.cmd import common
 from metalboot_framework.conf import CONF
-from metalboot_framework.exceptions import PluginLoadError
+from metalboot_framework.exceptions import PluginLoadError, ValidationFailed
 from metalboot_framework.services import BootServices
 
 LOG = logging.getLogger(__name__)
@@ -101,6 +102,12 @@ class Agent:
         self.journal = Journal(os.path.join(opts.state_dir, "journal"),
                                self.replica.partition_of, server_opts.evidence_batch_size,
                                server_opts.evidence_batch_wait, log_rows=server_opts.access_log)
+        try:
+            backends = dhcp_sync.configured_backends(services)
+        except ValidationFailed as exc:
+            raise ValueError(exc.message) from None
+        self.dhcp = dhcp_sync.DhcpSync(self.replica, self.client, opts.agent_id, backends) \
+            if backends else None
         self.delivery = Delivery(self.journal, self.client, opts.agent_id, opts.partitions[0],
                                  opts.delivery_batch_size)
         self.server = BootServer(services, server_opts, conf.api.max_request_body_size,
@@ -113,6 +120,8 @@ class Agent:
         fresh, document = self.replica.health()
         document["journal_pending"] = self.journal.pending_count()
         document["agent"] = self.opts.agent_id
+        if self.dhcp is not None:
+            document["dhcp"] = self.dhcp.status()
         if self.delivery.failing is not None:
             document["delivery_error"] = self.delivery.failing
         return boot_endpoints.json_reply(200 if fresh else 503, document)

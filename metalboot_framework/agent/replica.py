@@ -162,6 +162,9 @@ class Replica:
         self._writes = concurrent.futures.ThreadPoolExecutor(1, "agent-state")
         self._tasks = []
         self.changes_applied = 0
+        #: told of every load (``loaded(data)``) and change (``changed(data,
+        #: machine_ids)``), started and stopped with the replica
+        self.listeners = []
 
     # -- building what fetches read -------------------------------------------------
     def _put_machine(self, data, record):
@@ -215,6 +218,8 @@ class Replica:
         data.cursor = document["cursor"]
         data.source = source
         data.dirty = source == "api"
+        for listener in self.listeners:
+            listener.loaded(data)
         missing = set(data.interfaces) - set(self.services.interfaces.names())
         if missing and source == "api":
             LOG.warning("partition %s: boot interfaces %s are enabled in the control plane "
@@ -236,6 +241,10 @@ class Replica:
             changes.get("removed") or changes["cursor"] != data.cursor
         data.dirty = data.dirty or bool(changed)
         data.cursor = changes["cursor"]
+        machine_ids = [r["id"] for r in changes.get("machines") or ()] + \
+            list(changes.get("removed") or ())
+        for listener in self.listeners:
+            listener.changed(data, machine_ids)
         self.changes_applied += len(changes.get("machines") or ()) + \
             len(changes.get("removed") or ()) + (changes.get("partition") is not None)
 
@@ -413,8 +422,12 @@ class Replica:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(d)) for d in self.partitions.values()]
         self._tasks.append(loop.create_task(self._saving()))
+        for listener in self.listeners:
+            listener.start()
 
     async def stop(self):
+        for listener in self.listeners:
+            await listener.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

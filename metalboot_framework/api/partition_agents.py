@@ -5,7 +5,7 @@ tokens they do it with. See :mod:`metalboot_framework.partition_data` and
 
 from flask import Blueprint, Response, jsonify
 
-from metalboot_framework import agent_tokens, partition_data
+from metalboot_framework import agent_tokens, partition_data, partition_dhcp
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
 
@@ -98,3 +98,23 @@ def deliver_evidence(partition_id, body):
     return jsonify(partition_data.store_evidence(current_services(), partition_id,
                                                  body["agent"], body["journal"],
                                                  body["records"]))
+
+
+@bp.post("/v1/partitions/<partition_id>/boot-data/dhcp")
+@endpoint(role="agent", body=schemas.DhcpReportSchema,
+          responses={200: schemas.DhcpAgentListSchema}, extra_errors=(410,), tags=TAGS,
+          example={"agent": "boot-agent-1", "cursor": 42, "interfaces": ["pxe"],
+                   "entries": 12, "error": None})
+def report_dhcp(partition_id, body):
+    """An agent says up to which boot data cursor its DHCP servers hold the
+    partition's DHCP entries (prepare steps wait for it); agents report every
+    few seconds."""
+    return jsonify(partition_dhcp.record_report(current_services(), partition_id, body))
+
+
+@bp.get("/v1/partitions/<partition_id>/dhcp-agents")
+@endpoint(responses={200: schemas.DhcpAgentListSchema}, tags=TAGS)
+def list_dhcp_agents(partition_id):
+    """The partition's boot agents that apply DHCP entries: the cursor each
+    has applied, its last error, and whether prepare steps wait for it."""
+    return jsonify(partition_dhcp.agent_list(current_services(), partition_id))

@@ -817,6 +817,11 @@ class EvidenceSchema(Schema):
     path = fields.String(**ALWAYS)
     client_address = fields.String(allow_none=True, **ALWAYS)
     created_at = Timestamp(**ALWAYS)
+    binding = fields.String(allow_none=True, **ALWAYS, metadata={
+        "description": "A fetch by MAC: how its address was bound to the machine "
+                       "(eui64, nic-address, prefix, dhcp-lease, unbound); null otherwise."})
+    lease = fields.Nested("EvidenceLeaseSchema", allow_none=True, **ALWAYS, metadata={
+        "description": "binding dhcp-lease: the DHCP server's lease that bound it."})
 
 
 class EvidenceListSchema(Schema):
@@ -924,6 +929,29 @@ class BootDataMachineSchema(Schema):
     tokens = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), **ALWAYS,
                          metadata={"description": "Per enabled interface: the machine's "
                                    "token and its unbound token."})
+    dhcp = fields.Dict(keys=fields.String(), values=fields.List(fields.Nested(
+        "DhcpHostEntrySchema")), **ALWAYS, metadata={
+        "description": "Per boot interface that answers by DHCP: the host entries "
+                       "(one per NIC) the partition's DHCP servers answer the machine "
+                       "with, as the interface's prepare step published them."})
+
+
+class DhcpOptionSchema(Schema):
+    code = fields.Integer(**ALWAYS)
+    value = fields.String(**ALWAYS)
+    version = fields.Integer(**ALWAYS, metadata={"description": "4 or 6."})
+    hex = fields.Boolean(**ALWAYS)
+    when = fields.List(fields.String(), **ALWAYS, metadata={
+        "description": "Conditions on the asking client, all of which must hold."})
+    always_send = fields.Boolean(**ALWAYS)
+
+
+class DhcpHostEntrySchema(Schema):
+    mac = fields.String(**ALWAYS)
+    duid = fields.String(allow_none=True, **ALWAYS)
+    ipv4_address = fields.String(allow_none=True, **ALWAYS)
+    ipv6_address = fields.String(allow_none=True, **ALWAYS)
+    options = fields.List(fields.Nested(DhcpOptionSchema), **ALWAYS)
 
 
 class BootDataSchema(Schema):
@@ -960,9 +988,22 @@ class EvidenceDataSchema(StrictSchema):
         "description": "The Range header of the fetch."})
     by_mac = fields.String(validate=validate.Length(max=64), metadata={
         "description": "How a fetch by MAC was bound to the machine."})
+    lease = fields.Nested("EvidenceLeaseSchema", metadata={
+        "description": "by_mac dhcp-lease: the lease of the DHCP server beside the "
+                       "agent that bound the fetch to the machine."})
     # a boot report's message as the machine sent it (its own rules: any text but NUL)
     message = fields.String(validate=[validate.Length(max=4096),
                                       validate.Regexp("^[^\\x00]*$")], metadata=ANY_TEXT)
+
+
+class EvidenceLeaseSchema(StrictSchema):
+    address = fields.String(required=True, validate=validate.Length(max=64))
+    mac = fields.String(required=True, validate=validate.Regexp(
+        "^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"))
+    expires = fields.Integer(required=True, strict=True,
+                             validate=validate.Range(min=0, max=MAX_CURSOR),
+                             metadata=dict(INT64, description="Epoch seconds; 0: never."))
+    server = fields.String(required=True, validate=validate.OneOf(("dnsmasq", "Kea")))
 
 
 class EvidenceRecordSchema(StrictSchema):
@@ -986,6 +1027,43 @@ class EvidenceDeliverySchema(StrictSchema):
                        "agent, journal and seq are the idempotency key."})
     records = fields.List(fields.Nested(EvidenceRecordSchema), required=True,
                           validate=validate.Length(min=1, max=1000))
+
+
+class DhcpReportSchema(StrictSchema):
+    agent = fields.String(required=True, validate=validate.Regexp(AGENT_ID), metadata={
+        "description": "The agent's id ([agent] agent_id)."})
+    cursor = fields.Integer(required=True, validate=validate.Range(min=0, max=MAX_CURSOR),
+                            metadata=dict(INT64, description=(
+                                "The boot data cursor up to which the agent's DHCP "
+                                "servers hold the partition's DHCP entries.")))
+    interfaces = fields.List(fields.String(validate=validate.Length(min=1, max=64)),
+                             required=True, validate=validate.Length(max=64), metadata={
+                                 "description": "The boot interfaces whose entries the "
+                                                "agent applies (those with a DHCP backend "
+                                                "in its configuration)."})
+    entries = fields.Integer(required=True, validate=validate.Range(min=0, max=MAX_CURSOR),
+                             metadata={"description": "Machines with entries it holds."})
+    error = fields.String(allow_none=True, load_default=None,
+                          validate=validate.Length(max=4096), metadata=dict(ANY_TEXT, **{
+                              "description": "Why the entries after cursor are not "
+                                             "applied (null: nothing failed)."}))
+
+
+class DhcpAgentSchema(Schema):
+    agent = fields.String(**ALWAYS)
+    cursor = fields.Integer(**ALWAYS, metadata=INT64)
+    interfaces = fields.List(fields.String(), **ALWAYS)
+    entries = fields.Integer(**ALWAYS)
+    error = fields.String(allow_none=True, **ALWAYS)
+    reported_at = Timestamp(**ALWAYS)
+    fresh = fields.Boolean(**ALWAYS, metadata={
+        "description": "Reported within [dhcp] agent_timeout: prepare steps wait for it."})
+
+
+class DhcpAgentListSchema(Schema):
+    cursor = fields.Integer(**ALWAYS, metadata=dict(INT64, description=(
+        "The partition's newest boot data cursor.")))
+    agents = fields.List(fields.Nested(DhcpAgentSchema), **ALWAYS)
 
 
 class EvidenceDeliveryResultSchema(Schema):

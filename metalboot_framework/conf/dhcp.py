@@ -15,6 +15,16 @@ dhcp_opts = [
                 help="DNS servers (IPv6 addresses) given in DHCPv6 option 23 with a "
                      "UEFI HTTP boot answer; the firmware resolves the boot URL's "
                      "host name with them."),
+    cfg.FloatOpt("apply_timeout", default=60.0, min=1.0,
+                 help="Seconds a prepare or clean-up step of an interface that answers "
+                      "by DHCP (pxe, dhcp-httpboot) waits for the boot agents of the "
+                      "machine's partition to apply its DHCP entries to their DHCP "
+                      "servers; then the step fails naming the agents that did not."),
+    cfg.FloatOpt("agent_timeout", default=30.0, min=10.0,
+                 help="A boot agent that has not reported its DHCP servers' state for "
+                      "this many seconds is not waited for (agents report every 5 "
+                      "seconds). A partition with no agent reporting cannot be prepared "
+                      "for a DHCP interface."),
 ]
 
 dnsmasq_opts = [

@@ -109,6 +109,27 @@ class HostEntry:
     def options_for(self, version):
         return tuple(o for o in self.options if o.version == version)
 
+    def to_dict(self):
+        """The entry as JSON data: how it is stored and travels to the agents."""
+        return {"mac": self.mac, "duid": self.duid, "ipv4_address": self.ipv4_address,
+                "ipv6_address": self.ipv6_address,
+                "options": [{"code": o.code, "value": o.value, "version": o.version,
+                             "hex": o.hex, "when": sorted(m.value for m in o.when),
+                             "always_send": o.always_send} for o in self.options]}
+
+    @classmethod
+    def from_dict(cls, data):
+        """The entry :meth:`to_dict` made; ValueError/KeyError/TypeError if malformed."""
+        return cls(mac=data["mac"], duid=data.get("duid"),
+                   ipv4_address=data.get("ipv4_address"),
+                   ipv6_address=data.get("ipv6_address"),
+                   options=tuple(DhcpOption(code=int(o["code"]), value=str(o["value"]),
+                                            version=int(o.get("version", 4)),
+                                            hex=bool(o.get("hex")),
+                                            when=frozenset(o.get("when") or ()),
+                                            always_send=bool(o.get("always_send")))
+                                 for o in data.get("options") or ()))
+
 
 @dataclasses.dataclass(frozen=True)
 class OwnedEntry:
@@ -199,6 +220,21 @@ class DhcpBackend(abc.ABC):
         After it returns, the server no longer gives those entries' options to
         the machine's NICs. Returns ``True`` when something was removed.
         """
+
+    def apply_host_entries(self, changes: Sequence[Tuple[str, str, Optional[Sequence[
+            HostEntry]]]]) -> bool:
+        """Apply many machines' changes: ``(machine_id, interface, entries)``,
+        ``entries`` empty or None to remove that pair's entries. As the calls
+        of :meth:`ensure_host_entries` and :meth:`remove_host_entries` one by
+        one (the default); a backend whose server reloads everything on a change
+        overrides it to reload once. Returns whether something changed."""
+        changed = False
+        for machine_id, interface, entries in changes:
+            if entries:
+                changed |= bool(self.ensure_host_entries(machine_id, interface, entries))
+            else:
+                changed |= bool(self.remove_host_entries(machine_id, interface))
+        return changed
 
     @abc.abstractmethod
     def list_host_entries(self, machine_id: Optional[str] = None) -> Sequence[OwnedEntry]:

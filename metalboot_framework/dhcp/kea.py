@@ -96,6 +96,13 @@ class KeaBackend(DhcpBackend):
 
     def ensure_host_entries(self, machine_id, interface, entries):
         self.check_entries(entries)
+        changed = self._update(self._ensure_change(machine_id, interface, entries))
+        if changed:
+            LOG.info("Kea: wrote %s reservations of machine %s", interface, machine_id)
+        return changed
+
+    def _ensure_change(self, machine_id, interface, entries):
+        """What ensure_host_entries does to the reservations, as a function."""
         wanted = {}
         for entry in entries:
             options = entry.options_for(6)
@@ -139,12 +146,17 @@ class KeaBackend(DhcpBackend):
                 kept.append(res)
             return kept
 
-        changed = self._update(change)
-        if changed:
-            LOG.info("Kea: wrote %s reservations of machine %s", interface, machine_id)
-        return changed
+        return change
 
     def remove_host_entries(self, machine_id, interface=None):
+        changed = self._update(self._remove_change(machine_id, interface))
+        if changed:
+            LOG.info("Kea: removed %s reservations of machine %s", interface or "all",
+                     machine_id)
+        return changed
+
+    def _remove_change(self, machine_id, interface):
+        """What remove_host_entries does to the reservations, as a function."""
         def change(reservations):
             kept = []
             for res in reservations:
@@ -159,10 +171,29 @@ class KeaBackend(DhcpBackend):
                 kept.append(res)
             return kept
 
+        return change
+
+    def apply_host_entries(self, changes):
+        """All ``changes`` in one write of the include file and one reload:
+        Kea re-reads every reservation on each reload, so a wave of machines
+        applied one by one costs a reload per machine."""
+        steps = []
+        for machine_id, interface, entries in changes:
+            if entries:
+                self.check_entries(entries)
+                steps.append(self._ensure_change(machine_id, interface, entries))
+            else:
+                steps.append(self._remove_change(machine_id, interface))
+
+        def change(reservations):
+            for step in steps:
+                reservations = step(reservations)
+            return reservations
+
         changed = self._update(change)
         if changed:
-            LOG.info("Kea: removed %s reservations of machine %s", interface or "all",
-                     machine_id)
+            LOG.info("Kea: applied the reservations of %d machine(s) in one reload",
+                     len({machine_id for machine_id, _, _ in changes}))
         return changed
 
     def list_host_entries(self, machine_id=None):

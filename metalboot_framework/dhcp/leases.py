@@ -55,17 +55,25 @@ class LeaseFile:
 
     def holds(self, macs, ip, now=None):
         """Whether one of ``macs`` holds an unexpired lease of ``ip``."""
+        return self.lease_of(macs, ip, now) is not None
+
+    def lease_of(self, macs, ip, now=None):
+        """``(mac, expiry)`` of the unexpired lease of ``ip`` one of ``macs``
+        holds, or None."""
         if ip.version != self.ip_version:
-            return False
+            return None
         now = time.time() if now is None else now
         fresh = time.monotonic() - self._checked_at < RECHECK
-        return fresh and self._holds(self._leases, macs, ip, now) or \
-            self._holds(self._current(), macs, ip, now)
+        return fresh and self._lease(self._leases, macs, ip, now) or \
+            self._lease(self._current(), macs, ip, now)
 
     @staticmethod
-    def _holds(leases, macs, ip, now):
-        return any(leased == ip and (expiry == 0 or expiry > now)
-                   for mac in macs for leased, expiry in leases.get(mac.lower(), ()))
+    def _lease(leases, macs, ip, now):
+        for mac in macs:
+            for leased, expiry in leases.get(mac.lower(), ()):
+                if leased == ip and (expiry == 0 or expiry > now):
+                    return mac.lower(), expiry
+        return None
 
     def _current(self):
         stamp = []

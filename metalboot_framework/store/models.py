@@ -244,3 +244,36 @@ class BootChange(Base):
 
     __table_args__ = (Index("ix_boot_changes_partition", "partition_id", "id"),
                       Index("ix_boot_changes_feed", "partition_id", "feed_id"))
+
+
+class DhcpEntry(Base):
+    """What the DHCP servers of a machine's partition answer its NICs for one
+    boot interface (server-neutral host entries), as the interface's prepare
+    step published them. The partition's boot agents apply them to their own
+    dnsmasq and Kea; a change reaches them on the boot data feed (a trigger of
+    schema revision 0010 writes its ``boot_changes`` row)."""
+
+    __tablename__ = "dhcp_entries"
+
+    machine_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("machines.id", ondelete="CASCADE"), primary_key=True)
+    interface: Mapped[str] = mapped_column(String(64), primary_key=True)
+    entries: Mapped[list] = mapped_column(JSON)
+    updated_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class DhcpAgent(Base):
+    """What a boot agent last said about the DHCP entries of its partition:
+    the boot data cursor up to which its DHCP servers hold them, for which
+    interfaces, and why it could not apply the next ones (``error``)."""
+
+    __tablename__ = "dhcp_agents"
+
+    partition_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("partitions.id", ondelete="CASCADE"), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    interfaces: Mapped[list] = mapped_column(JSON)
+    applied_cursor: Mapped[int] = mapped_column(BigInteger)
+    entries: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    reported_at: Mapped[datetime.datetime] = mapped_column(DateTime, default=utcnow)

@@ -1,5 +1,6 @@
 """What ``pxe`` and ``dhcp-httpboot`` share: backends, NIC checks, BMC activation."""
 
+import asyncio
 import logging
 
 from metalboot_framework import dhcp
@@ -23,8 +24,8 @@ class DhcpBootInterface(BootInterface):
     def options(self, task):
         return plugin_conf.get(task.conf, self.conf_group)
 
-    def backends(self, task):
-        """{option name: backend} of the backends this interface writes to."""
+    def dhcp_backends(self, conf):
+        """{option name: backend} of the backends this interface's entries go to."""
         raise NotImplementedError
 
     def common_properties(self):
@@ -38,10 +39,10 @@ class DhcpBootInterface(BootInterface):
             "boot_mode": Property("uefi or bios; the Redfish boot override mode."),
         }
 
-    def _backend(self, task, option):
-        name = getattr(self.options(task), option)
+    def _backend(self, conf, option):
+        name = getattr(plugin_conf.get(conf, self.conf_group), option)
         try:
-            return dhcp.get_backend(name, task.conf)
+            return dhcp.get_backend(name, conf)
         except PluginLoadError as exc:
             raise ValidationFailed(f"[{self.conf_group}] {option}: {exc.message}",
                                    fields={f"[{self.conf_group}] {option}": [exc.message]})
@@ -59,17 +60,14 @@ class DhcpBootInterface(BootInterface):
                 raise ValidationFailed(f"machine {task.machine.id}: {exc}",
                                        fields={"nics": [str(exc)]})
 
-    def validate_backends(self, task):
-        for backend in self.backends(task).values():
-            backend.validate()
-
-    def write_entries(self, task, entries):
-        for backend in self.backends(task).values():
-            backend.ensure_host_entries(task.machine.id, self.name, entries)
-
-    def remove_entries(self, task):
-        for backend in self.backends(task).values():
-            backend.remove_host_entries(task.machine.id, self.name)
+    async def prepare(self, task):
+        """Publish the machine's entries; done once the partition's boot agents
+        have them on their DHCP servers."""
+        agents = await task.apublish_dhcp_entries(self.host_entries(task))
+        await task.arecord_event(
+            "prepare", f"DHCP entries of {len(task.machine.nics)} NIC(s) applied by boot "
+                       f"agent(s) {', '.join(agents)} of partition {task.partition.id}",
+            agents=agents)
 
     # -- activate / clean-up on the BMC -----------------------------------------------
     def activate(self, task):
@@ -84,18 +82,18 @@ class DhcpBootInterface(BootInterface):
                 f"DHCP entries for {self.name} are in place; machine {task.machine.id} "
                 f"must be reset by someone else ({why})")
 
-    def clean_up(self, task):
+    async def clean_up(self, task):
         errors = []
         try:
-            self.remove_entries(task)
+            await task.awithdraw_dhcp_entries()
         except BootInterfaceError as exc:
             errors.append(exc.message)
         if self.options(task).use_bmc and task.machine.bmc and task.machine.bmc.address:
             try:
-                cleared = bmc_mod.clear_override(task, self.bmc_target)
+                cleared = await asyncio.to_thread(bmc_mod.clear_override, task,
+                                                  self.bmc_target)
                 if cleared:
-                    task.record_event("clean_up",
-                                      "cleared " + ", ".join(cleared))
+                    await task.arecord_event("clean_up", "cleared " + ", ".join(cleared))
             except BootInterfaceError as exc:
                 errors.append(exc.message)
         if errors:

@@ -27,6 +27,7 @@ import os
 from metalboot_framework.boot_interface import Artifact, Capability, Property
 from metalboot_framework.dhcp import DhcpOption, HostEntry, Match
 from metalboot_framework.exceptions import ValidationFailed
+from metalboot_dhcp import conf as plugin_conf
 from metalboot_dhcp.base import DhcpBootInterface
 
 #: What iPXE fetches from the directory it was loaded from before anything else.
@@ -50,12 +51,10 @@ class DhcpHttpBootInterface(DhcpBootInterface):
         props["boot_mode"] = Property("Must be uefi.", required=True)
         return props
 
-    def backends(self, task):
-        found = {}
-        for option in ("ipv6_backend", "ipv4_backend"):
-            if getattr(self.options(task), option):
-                found[option] = self._backend(task, option)
-        return found
+    def dhcp_backends(self, conf):
+        opts = plugin_conf.get(conf, self.conf_group)
+        return {option: self._backend(conf, option)
+                for option in ("ipv6_backend", "ipv4_backend") if getattr(opts, option)}
 
     def validate(self, task):
         if (task.machine.boot_mode or "").lower() != "uefi":
@@ -77,7 +76,6 @@ class DhcpHttpBootInterface(DhcpBootInterface):
             raise ValidationFailed(
                 f"[dhcp_httpboot] ipxe_efi_path: {opts.ipxe_efi_path} does not exist",
                 fields={"[dhcp_httpboot] ipxe_efi_path": ["missing"]})
-        self.validate_backends(task)
 
     def host_entries(self, task):
         opts = self.options(task)
@@ -103,8 +101,6 @@ class DhcpHttpBootInterface(DhcpBootInterface):
                                      ipv6_address=nic.ipv6_address, options=tuple(options)))
         return entries
 
-    def prepare(self, task):
-        self.write_entries(task, self.host_entries(task))
 
     def get_artifact(self, task, name):
         opts = self.options(task)

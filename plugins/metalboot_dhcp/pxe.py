@@ -7,7 +7,9 @@ Per machine, the DHCPv4 backend gets one entry per NIC:
   ``bios_boot_file`` for BIOS, ``efi_arm64_boot_file`` for ARM64 UEFI;
 - iPXE (user class ``iPXE``, option 175) gets the machine's boot.ipxe URL.
 
-Machines without an entry get no boot answer. activate sets the BMC boot
+The entries are published to the machine's partition (prepare waits until its
+boot agents hold them); each agent writes them to the backend its ``[pxe]
+dhcp_backend`` names. Machines without an entry get no boot answer. activate sets the BMC boot
 override ``Pxe`` and resets the machine (without a BMC it records that someone
 else must reset it); clean_up removes the entries, so the machine gets no boot
 answer any more.
@@ -30,12 +32,11 @@ class PxeBootInterface(DhcpBootInterface):
     def get_properties(self):
         return self.common_properties()
 
-    def backends(self, task):
-        return {"dhcp_backend": self._backend(task, "dhcp_backend")}
+    def dhcp_backends(self, conf):
+        return {"dhcp_backend": self._backend(conf, "dhcp_backend")}
 
     def validate(self, task):
         self.validate_nics(task)
-        self.validate_backends(task)
 
     def host_entries(self, task):
         opts = self.options(task)
@@ -46,6 +47,3 @@ class PxeBootInterface(DhcpBootInterface):
             if path:
                 options.append(DhcpOption(BOOTFILE, path, when={Match.NOT_IPXE, match}))
         return [HostEntry(mac=nic.mac, options=tuple(options)) for nic in task.machine.nics]
-
-    def prepare(self, task):
-        self.write_entries(task, self.host_entries(task))

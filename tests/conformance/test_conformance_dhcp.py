@@ -24,13 +24,20 @@ from metalboot_framework.testing.conformance import (BootInterfaceConformance, c
                                                      make_services)
 # conftest.py puts tests/functional/redfish on sys.path and provides its fixtures
 from redfish_emulator_harness import BMC_PASSWORD, BMC_USER, fake_system
+from tests.dhcp_agent import LocalDhcpAgent
 from tests.conformance.worlds import bmc_system_world, without_power
 
 DNSMASQ_HEADER = "# metalboot: "
 
 
 class DhcpFilesWorld:
-    """World = the DHCP servers' inputs metalboot writes (mixin for the kit)."""
+    """World = the DHCP servers' inputs metalboot writes (mixin for the kit),
+    written by the DHCP half of a boot agent running beside the checks."""
+
+    @pytest.fixture(autouse=True)
+    def _dhcp_agent(self, conformance_services):
+        with LocalDhcpAgent(conformance_services) as agent:
+            yield agent
 
     def dhcp_paths(self, tmp_path):
         """(hostsdir, optsdir, kea include file); created, the include file empty."""
@@ -110,7 +117,7 @@ class TestPxeConformance(DhcpFilesWorld, BootInterfaceConformance):
     def test_world_is_observed(self):
         """The world this class compares is where prepare writes."""
         before = self.snapshot_world()
-        self.interface.prepare(self.task)
+        self.step("prepare", self.task)
         after = self.snapshot_world()
         assert set(after) - set(before) == {f"dnsmasq-hosts/metalboot-{self.task.machine.id}",
                                             f"dnsmasq-opts/metalboot-{self.task.machine.id}.pxe"}
@@ -134,7 +141,7 @@ class TestDhcpHttpBootConformance(DhcpFilesWorld, BootInterfaceConformance):
 
     def test_world_is_observed(self):
         before = self.snapshot_world()
-        self.interface.prepare(self.task)
+        self.step("prepare", self.task)
         after = self.snapshot_world()
         assert len(after["kea reservations"]) == len(before["kea reservations"]) + 2
         assert f"dnsmasq-opts/metalboot-{self.task.machine.id}.dhcp-httpboot" in after

@@ -132,3 +132,19 @@ def test_agent_benchmark_prints_the_storm_and_feed_figures():
     rows = [r for r in summary[1:] if r.startswith("agent ")]
     assert {r.split("  ")[0] for r in rows} == {"agent feed", "agent storm"}, summary
     assert all(re.search(r"\b(met|MISSED)\b", r) for r in rows if ">=" in r or "<=" in r)
+
+
+def test_dhcp_benchmark_prints_both_ways_of_reloading_kea():
+    """``benchmarks/run.py dhcp --quick``: an agent's Kea brought to 100 machines,
+    batched and one reload per machine, alternated on one real Kea."""
+    if os.geteuid() != 0 or shutil.which("kea-dhcp6") is None:
+        pytest.fail("the DHCP benchmark needs root and kea-dhcp6: .ci/run installs it")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "dhcp", "--quick"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        got = re.fullmatch(r"100\s+(batched|one by one)\s+([\d.]+) s\s+([\d.]+) s\s*", line)
+        if got:
+            rows[got.group(1)] = (float(got.group(2)), float(got.group(3)))
+    assert set(rows) == {"batched", "one by one"}, proc.stdout[-3000:]

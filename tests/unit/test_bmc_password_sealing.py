@@ -192,7 +192,7 @@ def test_dbsync_seals_the_plain_passwords_of_an_older_database(conf, tmp_path):
 
     result = dbsync(conf, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "database at revision 0009" in result.stdout  # the head
+    assert "database at revision 0010" in result.stdout  # the head
 
     db = Database(conf.database.connection)
     with db.read_conn() as conn:

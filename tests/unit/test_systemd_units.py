@@ -26,7 +26,7 @@ UNITS = sorted(p.name for p in UNITS_DIR.glob("*.service"))
 SERVICES = ["metalboot-api.service", "metalboot-boot-agent.service",
             "metalboot-boot-server.service", "metalboot-conductor.service"]
 INSTALL_PREFIX = "/opt/metalboot/bin/"
-KEA_SIGNAL_DROP_IN = (UNITS_DIR / "drop-ins" / "metalboot-conductor.service.d"
+KEA_SIGNAL_DROP_IN = (UNITS_DIR / "drop-ins" / "metalboot-boot-agent.service.d"
                       / "kea-reload-signal.conf")
 
 
@@ -131,8 +131,8 @@ def test_sandbox(name, tmp_path):
 def test_kea_signal_drop_in_grants_cap_kill_only(tmp_path):
     """Only [kea] reload = signal needs a capability (SIGHUP to Kea's process,
     another user's); the drop-in adds CAP_KILL and nothing else."""
-    unit = install_unit("metalboot-conductor.service", tmp_path)
-    drop_ins = tmp_path / "metalboot-conductor.service.d"
+    unit = install_unit("metalboot-boot-agent.service", tmp_path)
+    drop_ins = tmp_path / "metalboot-boot-agent.service.d"
     drop_ins.mkdir()
     shutil.copy(KEA_SIGNAL_DROP_IN, drop_ins)
     out = subprocess.run([systemd_tool("systemd-analyze"), "verify", "--man=no", str(unit)],

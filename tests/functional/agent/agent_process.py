@@ -48,7 +48,8 @@ class AgentProcess(ServerProcess):
     restarts); stopped and its log read as a metalboot-server's."""
 
     def __init__(self, directory, api_url, token, port=None, partitions=("p1",),
-                 agent_id="agent-a", extra="", interfaces=INTERFACES):
+                 agent_id="agent-a", extra="", interfaces=INTERFACES,
+                 prefixes=LOOPBACK_PREFIXES):
         self.directory = directory
         directory.mkdir(exist_ok=True)
         self.port = port or free_port()
@@ -64,7 +65,7 @@ class AgentProcess(ServerProcess):
             f"[agent]\napi_url = {api_url}\ntoken_file = {self.token_path}\n"
             f"partitions = {','.join(partitions)}\nlisten = [::1]:{self.port}\n"
             f"state_dir = {self.state_dir}\nagent_id = {agent_id}\n"
-            f"[artifacts]\nboot_network_prefixes = {','.join(LOOPBACK_PREFIXES)}\n{extra}")
+            f"[artifacts]\nboot_network_prefixes = {','.join(prefixes)}\n{extra}")
         self.proc = None
         self._log = None
 

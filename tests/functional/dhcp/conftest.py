@@ -23,6 +23,8 @@ import uuid
 
 import pytest
 
+from tests.dhcp_agent import LocalDhcpAgent
+
 from metalboot_framework.conf import CONF
 from metalboot_framework.dhcp import clear_cache
 from metalboot_framework.store import models
@@ -353,7 +355,14 @@ def services(dhcp_conf):
 
 
 @pytest.fixture
-def make_task(services):
+def local_agent(services):
+    """The DHCP half of a boot agent for partition p1 (the steps wait for it)."""
+    with LocalDhcpAgent(services) as agent:
+        yield agent
+
+
+@pytest.fixture
+def make_task(services, local_agent):
     """Insert a real machine row (with NICs) and return a BootTask for it."""
 
     def make(interface, nics, machine_id=None, boot_mode="uefi", bmc_address=None):
@@ -459,3 +468,35 @@ ipv6_dns_servers = {SERVER_V6}
 [dhcp_httpboot]
 ipxe_efi_path = {efi}
 """
+
+
+@pytest.fixture
+def dhcp_agent(tmp_path):
+    """start(server, dnsmasq, kea, efi): a metalboot-boot-agent of partition p1
+    that applies its DHCP entries to this test's dnsmasq and Kea; it is listed
+    as a fresh DHCP agent when start returns."""
+    from tests.functional.agent.agent_process import AgentProcess
+    agents = []
+
+    def start(server, dnsmasq, kea, efi, partition="p1", agent_id="dhcp-agent"):
+        r = server.request("POST", f"/v1/partitions/{partition}/agent-tokens",
+                           json={"description": "the test's DHCP agent"})
+        assert r.status_code == 201, r.text
+        sections = server_conf(dnsmasq, kea, efi)
+        agent = AgentProcess(tmp_path / f"agent-{len(agents)}", server.url, r.json()["token"],
+                             partitions=(partition,), agent_id=agent_id,
+                             interfaces="fake,pxe,dhcp-httpboot",
+                             extra=sections[sections.index("[dnsmasq]"):])
+        agents.append(agent)
+        agent.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listed = server.request("GET", f"/v1/partitions/{partition}/dhcp-agents").json()
+            if any(a["agent"] == agent_id and a["fresh"] for a in listed["agents"]):
+                return agent
+            time.sleep(0.05)
+        raise AssertionError(f"agent {agent_id} never reported its DHCP state:\n{agent.log()}")
+
+    yield start
+    for agent in agents:
+        agent.stop()

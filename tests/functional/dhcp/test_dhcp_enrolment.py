@@ -22,11 +22,12 @@ pytestmark = pytest.mark.functional
 
 
 def test_registered_on_pxe_is_enrolled_and_moves_at_rest(net, dnsmasq, kea, clients,
-                                                          server_factory, tmp_path):
+                                                          server_factory, dhcp_agent, tmp_path):
     efi = tmp_path / "ipxe.efi"
     efi.write_bytes(b"MZ" + bytes(4096))
     server = server_factory(extra_conf=server_conf(dnsmasq, kea, efi)).start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    dhcp_agent(server, dnsmasq, kea, efi)
     a, c = MACHINES["A"], MACHINES["C"]
     r = server.request("POST", "/v1/machines", json=[
         {"id": m["id"], "partition": "p1", "boot_interface": PXE, "nics": [m["nic"]]}

@@ -251,7 +251,7 @@ def assert_kea(kea, expected, url):
 
 
 def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
-        net, dnsmasq, kea, clients, server_factory, tmp_path):
+        net, dnsmasq, kea, clients, server_factory, dhcp_agent, tmp_path):
     efi = tmp_path / "ipxe.efi"
     efi.write_bytes(b"MZ" + os.urandom(4096))
     snponly = os.urandom(3000)
@@ -259,6 +259,7 @@ def test_pxe_to_dhcp_httpboot_and_failed_migration_back(
     (tmp_path / "tftp-got").mkdir()
     server = server_factory(extra_conf=server_conf(dnsmasq, kea, efi)).start()
     assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    dhcp_agent(server, dnsmasq, kea, efi)
     machines = list(MACHINES.values())
     a, b, c = (m["id"] for m in machines)
     r = server.request("POST", "/v1/machines", json=[

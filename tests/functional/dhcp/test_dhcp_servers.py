@@ -6,7 +6,8 @@ import time
 import pytest
 
 from metalboot_framework.dhcp import DhcpBackendError, DhcpOption, HostEntry, get_backend
-from metalboot_framework.exceptions import ValidationFailed
+from metalboot_framework.exceptions import BootInterfaceError, ValidationFailed
+from metalboot_framework.steploop import call_blocking
 from metalboot_framework.store import models
 
 pytestmark = pytest.mark.functional
@@ -55,7 +56,7 @@ def test_pxe_boot_file_by_architecture_ipxe_url_and_tftp(net, dnsmasq, services,
 
     assert bootfile(net.v4(M1, arch=7)) is None          # nothing before prepare
     pxe.validate(task)
-    pxe.prepare(task)
+    call_blocking(pxe.prepare, task)
 
     assert eventually(lambda: bootfile(net.v4(M1, arch=7)) == "snponly.efi")
     assert bootfile(net.v4(M1, arch=9)) == "snponly.efi"
@@ -78,12 +79,12 @@ def test_pxe_boot_file_by_architecture_ipxe_url_and_tftp(net, dnsmasq, services,
     assert any(kind == "pxe.reset_required" and "reset by someone else" in msg
                for kind, msg in events(services, task.machine.id))
 
-    pxe.clean_up(task)
+    call_blocking(pxe.clean_up, task)
     assert eventually(lambda: bootfile(net.v4(M1, arch=7)) is None)
     assert bootfile(net.v4(M1, arch=7, user_class="iPXE")) is None
     assert backend.list_host_entries(task.machine.id) == []
     assert dnsmasq.running(), "dnsmasq must survive every change (no SIGHUP)\n" + dnsmasq.log()
-    pxe.clean_up(task)   # idempotent
+    call_blocking(pxe.clean_up, task)   # idempotent
     log = dnsmasq.log()
     assert "bad dhcp-" not in log and "duplicate" not in log, log
     assert "/hosts/.metalboot" not in log and "/opts/.metalboot" not in log  # no temp files read
@@ -94,15 +95,15 @@ def test_pxe_two_machines_change_and_restart(net, dnsmasq, services, make_task):
     pxe = services.interfaces.get("pxe")
     t1 = make_task("pxe", [{"mac": M1}])
     t2 = make_task("pxe", [{"mac": M2}, {"mac": M3}])
-    pxe.prepare(t1)
-    pxe.prepare(t2)
+    call_blocking(pxe.prepare, t1)
+    call_blocking(pxe.prepare, t2)
     assert eventually(lambda: bootfile(net.v4(M3, user_class="iPXE"))
                       == t2.artifact_url("boot.ipxe"))
     assert bootfile(net.v4(M1, user_class="iPXE")) == t1.artifact_url("boot.ipxe")
 
     # A changed answer replaces the old one while dnsmasq runs.
     services.conf.set_override("efi_x64_boot_file", "ipxe.efi", group="pxe")
-    pxe.prepare(t1)
+    call_blocking(pxe.prepare, t1)
     assert eventually(lambda: bootfile(net.v4(M1, arch=7)) == "ipxe.efi")
     assert bootfile(net.v4(M2, arch=7)) == "snponly.efi"   # not yet re-prepared
 
@@ -111,7 +112,7 @@ def test_pxe_two_machines_change_and_restart(net, dnsmasq, services, make_task):
     assert owned == {(t1.machine.id, "pxe"): (f"mac:{M1}",),
                      (t2.machine.id, "pxe"): (f"mac:{M2}", f"mac:{M3}")}
 
-    pxe.clean_up(t2)
+    call_blocking(pxe.clean_up, t2)
     assert eventually(lambda: bootfile(net.v4(M2, arch=7)) is None)
     hosts = sorted(p.name for p in dnsmasq.hostsdir.iterdir() if not p.name.startswith("."))
     assert len(hosts) == 2 and all(h.startswith("metalboot-") for h in hosts)
@@ -139,7 +140,7 @@ def test_httpboot_v6_v4_answers_and_clean_up(net, dnsmasq, kea, services, make_t
     assert v6_url(net.v6(M1, duid=D1)) is None
     for task in (t1, t2):
         http.validate(task)
-        http.prepare(task)
+        call_blocking(http.prepare, task)
 
     a1 = net.v6(M1, duid=D1)
     assert v6_url(a1) == url1
@@ -162,13 +163,13 @@ def test_httpboot_v6_v4_answers_and_clean_up(net, dnsmasq, kea, services, make_t
     assert artifact.content_type == "application/efi"
     assert http.get_artifact(t1, "other") is None
 
-    http.clean_up(t1)
+    call_blocking(http.clean_up, t1)
     assert v6_url(net.v6(M1, duid=D1)) is None
     assert "16" not in net.v6(M1, duid=D1)["options"]
     assert eventually(lambda: bootfile(net.v4(M1, vendor_class="HTTPClient:Arch:00016"))
                       is None)
     assert v6_url(net.v6(M2)) == url2                     # the other machine keeps its own
-    http.clean_up(t2)
+    call_blocking(http.clean_up, t2)
     assert v6_url(net.v6(M2)) is None
     assert kea.include.read_text().count("{") == 0
 
@@ -177,7 +178,7 @@ def test_kea_restart_signal_reload_and_refused_config(net, kea, services, make_t
     http = services.interfaces.get("dhcp-httpboot")
     services.conf.set_override("ipv4_backend", "", group="dhcp_httpboot")
     t1 = make_task("dhcp-httpboot", [{"mac": M1, "duid": D1}])
-    http.prepare(t1)
+    call_blocking(http.prepare, t1)
     assert v6_url(net.v6(M1, duid=D1)) == t1.artifact_url("ipxe.efi")
 
     kea.restart()
@@ -199,9 +200,9 @@ def test_kea_restart_signal_reload_and_refused_config(net, kea, services, make_t
     services.conf.set_override("reload", "signal", group="kea")
     services.conf.set_override("pid_file", str(kea.pid_file), group="kea")
     t2 = make_task("dhcp-httpboot", [{"mac": M2}])
-    http.prepare(t2)
+    call_blocking(http.prepare, t2)
     assert eventually(lambda: v6_url(net.v6(M2)) == t2.artifact_url("ipxe.efi"))
-    http.clean_up(t1)
+    call_blocking(http.clean_up, t1)
     assert eventually(lambda: v6_url(net.v6(M1, duid=D1)) is None)
 
     kea.restart()
@@ -209,18 +210,23 @@ def test_kea_restart_signal_reload_and_refused_config(net, kea, services, make_t
     assert v6_url(net.v6(M2)) == t2.artifact_url("ipxe.efi")
 
 
-def test_validate_fails_clearly_when_kea_is_down(net, kea, services, make_task):
+def test_prepare_fails_clearly_when_the_agents_kea_is_down(net, kea, services, make_task):
     http = services.interfaces.get("dhcp-httpboot")
     services.conf.set_override("ipv4_backend", "", group="dhcp_httpboot")
+    services.conf.set_override("apply_timeout", 3, group="dhcp")
     task = make_task("dhcp-httpboot", [{"mac": M1, "duid": D1}])
     http.validate(task)
+    # the agent's own check of its backends names the option at fault
+    [kea_backend] = http.dhcp_backends(services.conf).values()
+    kea_backend.validate()
     kea.stop()
     with pytest.raises(ValidationFailed) as err:
-        http.validate(task)
+        kea_backend.validate()
     assert "[kea] control_socket" in err.value.message
     assert "[kea] control_socket" in err.value.fields
-    with pytest.raises(DhcpBackendError, match="not reachable"):
-        http.prepare(task)
+    # the step fails after apply_timeout naming the agent and what it could not do
+    with pytest.raises(BootInterfaceError, match="local-agent .*not reachable"):
+        call_blocking(http.prepare, task)
 
 
 def test_namespaces_are_removed(net):

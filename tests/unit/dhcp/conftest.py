@@ -4,6 +4,8 @@ import uuid
 
 import pytest
 
+from tests.dhcp_agent import LocalDhcpAgent
+
 from metalboot_framework.conf import CONF
 from metalboot_framework.dhcp import clear_cache
 from metalboot_framework.store import models
@@ -46,7 +48,14 @@ def services(dhcp_conf):
 
 
 @pytest.fixture
-def make_task(services):
+def local_agent(services):
+    """The DHCP half of a boot agent for partition p1 (the steps wait for it)."""
+    with LocalDhcpAgent(services) as agent:
+        yield agent
+
+
+@pytest.fixture
+def make_task(services, local_agent):
     def make(interface, nics, boot_mode="uefi", bmc_address=None):
         machine_id = str(uuid.uuid4())
         with services.transactions.write() as unit:
