@@ -24,10 +24,7 @@ def database_writes(source, name="<source>"):
     found = []
     for node in ast.walk(ast.parse(source, name)):
         if isinstance(node, ast.Attribute) and node.attr in DATABASE_WRITES:
-            owner = node.value
-            owner_name = owner.id if isinstance(owner, ast.Name) else \
-                owner.attr if isinstance(owner, ast.Attribute) else None
-            if owner_name == "db":
+            if _name_of(node.value) == "db":
                 found.append((node.lineno, ast.unparse(node)))
     return sorted(found)
 
@@ -50,6 +47,37 @@ def test_nothing_outside_the_store_and_transactions_writes_to_the_database():
     offenders = [f"{path.relative_to(ROOT)}:{line}: {text}" for path in files
                  for line, text in database_writes(path.read_text(), str(path))]
     assert offenders == [], "write through services.transactions (now, grouped, batched)"
+
+
+# what Transactions offered before now, grouped and batched
+FORMER_WAYS = {"write", "write_grouped", "write_batched", "write_batched_later",
+               "awrite_grouped", "awrite_batched", "asettle", "record_event", "arecord_event"}
+
+
+def former_writes(source, name="<source>"):
+    """(line, text) of every ``<...>transactions.<former way>`` in ``source``."""
+    return sorted((node.lineno, ast.unparse(node)) for node in ast.walk(ast.parse(source, name))
+                  if isinstance(node, ast.Attribute) and node.attr in FORMER_WAYS
+                  and _name_of(node.value) == "transactions")
+
+
+def _name_of(node):
+    return node.id if isinstance(node, ast.Name) else \
+        node.attr if isinstance(node, ast.Attribute) else None
+
+
+def test_no_code_calls_a_former_way_to_write():
+    """Code written against the nine former methods (a branch merged later,
+    say) fails here with its lines, not at run time."""
+    assert former_writes("self.services.transactions.write_grouped(w)\n"
+                         "task.record_event('a', 'b')\n"
+                         "await services.transactions.asettle(p)\n") == [
+        (1, "self.services.transactions.write_grouped"), (3, "services.transactions.asettle")]
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {text}"
+                 for top in ("metalboot_framework", "plugins", "tests", "benchmarks", "examples")
+                 for path in sorted((ROOT / top).rglob("*.py")) if "build" not in path.parts
+                 for line, text in former_writes(path.read_text(), str(path))]
+    assert offenders == [], "use transactions.now, .grouped(...).result() or await .batched(...)"
 
 
 def test_three_entry_points():
