@@ -48,9 +48,9 @@ def create(services, partition_id, description=""):
     row = {"id": "at-" + secrets.token_hex(8), "partition_id": partition_id,
            "description": description or "", "token_sha256": _digest(token),
            "created_at": models.utcnow(), "expires_at": None, "last_used_at": None}
-    with services.db.write_conn() as conn:
-        _partition_exists(conn, partition_id)
-        conn.execute(_T.insert(), row)
+    with services.transactions.now(core=True) as unit:
+        _partition_exists(unit.session, partition_id)
+        unit.session.execute(_T.insert(), row)
     return dict(token_dict(_Row(row)), token=token, replaces=None, replaced_expires_at=None)
 
 
@@ -65,8 +65,8 @@ def list_tokens(services, partition_id):
 
 
 def revoke(services, partition_id, token_id):
-    with services.db.write_conn() as conn:
-        gone = conn.execute(delete(_T).where(_T.c.id == token_id,
+    with services.transactions.now(core=True) as unit:
+        gone = unit.session.execute(delete(_T).where(_T.c.id == token_id,
                                              _T.c.partition_id == partition_id)).rowcount
     if not gone:
         raise NotFound(f"agent token {token_id} of partition {partition_id} not found")
@@ -82,11 +82,12 @@ def rotate(services, partition_id, token_id, grace):
         raise NotFound(f"agent token {token_id} of partition {partition_id} not found")
     created = create(services, partition_id, old.description)
     expires = models.utcnow() + datetime.timedelta(seconds=grace)
-    with services.db.write_conn() as conn:
+    with services.transactions.now(core=True) as unit:
         if grace > 0:
-            conn.execute(update(_T).where(_T.c.id == token_id).values(expires_at=expires))
+            unit.session.execute(update(_T).where(_T.c.id == token_id)
+                                 .values(expires_at=expires))
         else:
-            conn.execute(delete(_T).where(_T.c.id == token_id))
+            unit.session.execute(delete(_T).where(_T.c.id == token_id))
     return dict(created, replaces=token_id, replaced_expires_at=iso(expires) if grace else None)
 
 
@@ -101,8 +102,8 @@ def partition_of(services, token):
         return None
     if row.last_used_at is None or \
             (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION:
-        with services.db.write_conn() as conn:
-            conn.execute(update(_T).where(_T.c.id == row.id).values(last_used_at=now))
+        with services.transactions.now(core=True) as unit:
+            unit.session.execute(update(_T).where(_T.c.id == row.id).values(last_used_at=now))
     return row.partition_id
 
 

@@ -49,11 +49,11 @@ def sequence(conn, table, lock):
 
 def read(services, since=0, limit=100, machine_id=None, migration_id=None):
     """Events after cursor ``since`` and the cursor to pass next time."""
-    postgres = services.db.write_engine.dialect.name == "postgresql"
+    postgres = not services.db.is_sqlite
     position = EVENTS.c.feed_id if postgres else EVENTS.c.id
     if postgres:
-        with services.db.write_conn() as conn:
-            sequence(conn, "events", _FEED_LOCK)
+        with services.transactions.now(core=True) as unit:
+            sequence(unit.session, "events", _FEED_LOCK)
     q = select(EVENTS, position.label("position")).where(position > since) \
         .order_by(position).limit(limit)
     if machine_id:
@@ -75,8 +75,8 @@ def event_dict(ev):
 def sequence_boot_changes(services):
     """PostgreSQL: give boot data feed positions to the changes that are final."""
     if not services.db.is_sqlite:
-        with services.db.write_conn() as conn:
-            sequence(conn, "boot_changes", BOOT_CHANGES_LOCK)
+        with services.transactions.now(core=True) as unit:
+            sequence(unit.session, "boot_changes", BOOT_CHANGES_LOCK)
 
 
 def boot_change_position(services):

@@ -56,7 +56,7 @@ def get_partition(services, partition_id):
 
 
 def create_partition(services, data):
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         if unit.session.get(models.Partition, data["id"]) is not None:
             raise Conflict(f"partition {data['id']} exists already",
                            fields={"id": ["exists already"]})
@@ -72,7 +72,7 @@ def create_partition(services, data):
 
 
 def update_partition(services, partition_id, data):
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         p = unit.session.get(models.Partition, partition_id)
         if p is None:
             raise NotFound(f"partition {partition_id} not found")
@@ -89,7 +89,7 @@ def update_partition(services, partition_id, data):
 
 
 def delete_partition(services, partition_id):
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         p = unit.session.get(models.Partition, partition_id)
         if p is None:
             raise NotFound(f"partition {partition_id} not found")
@@ -286,7 +286,7 @@ def register_machines(services, items, many):
                                       f"boot interface {iface}",
                            "data": {"boot_interface": iface, "partition": item["partition"]},
                            "created_at": now})
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         _check_references(s, services, items, prefix)
@@ -367,7 +367,7 @@ def active_migration_of(session, machine_id):
 
 def patch_machine(services, machine_id, data):
     changes = sorted(data)
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         m = _machine_for_update(s, machine_id)
@@ -449,7 +449,7 @@ def delete_machine(services, machine_id, force=False):
     machine as committed, ``deleting`` (the conductor, woken by the commit, may
     have forgotten it before the answer), or None when it is gone already."""
     view = get_machine(services, machine_id)
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         m = _machine_for_update(s, machine_id)

@@ -92,7 +92,7 @@ def create(services, body):
     migration_id = str(uuid.uuid4())
     now = models.utcnow()
     dry_run = body["dry_run"]
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         s = unit.session
         machines = _select_machines(s, body["selector"], target)
         if not machines:
@@ -253,7 +253,7 @@ def machines(services, migration_id, state=None, limit=100, marker=-1):
 
 
 def _transition(services, migration_id, allowed, new, message, action, done):
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         m = unit.session.scalars(select(models.Migration).where(
             models.Migration.id == migration_id).with_for_update()).first()
         if m is None:

@@ -201,7 +201,8 @@ def store_evidence(services, partition_id, agent, journal, records):
                                fields={name: [f"Not a valid {name} id."]})
     keys = [f"{agent}:{journal}:{r['seq']}" for r in records]
     machine_ids = list({r["machine_id"] for r in records})
-    with services.db.write_conn() as conn:
+    with services.transactions.now(core=True) as unit:
+        conn = unit.session
         ours = set(conn.execute(select(_M.c.id).where(
             _M.c.id.in_(machine_ids), _M.c.partition_id == partition_id)).scalars()) \
             if machine_ids else set()

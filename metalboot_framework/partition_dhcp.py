@@ -38,7 +38,7 @@ def publish(services, machine_id, interface, entries):
     """Make ``entries`` (HostEntry objects) what the partition's DHCP servers
     answer ``machine_id`` for ``interface``; the boot data cursor of the change."""
     rows = [entry.to_dict() for entry in entries]
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         unit.session.execute(delete(_E).where(_E.c.machine_id == machine_id,
                                               _E.c.interface == interface))
         unit.session.execute(_E.insert().values(machine_id=machine_id, interface=interface,
@@ -49,7 +49,7 @@ def publish(services, machine_id, interface, entries):
 def withdraw(services, machine_id, interface=None):
     """Remove the machine's entries (of ``interface`` only, if given); the boot
     data cursor the agents must reach for the removal to be applied."""
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         query = delete(_E).where(_E.c.machine_id == machine_id)
         if interface is not None:
             query = query.where(_E.c.interface == interface)
@@ -163,7 +163,7 @@ def record_report(services, partition_id, report):
     values = {"interfaces": sorted(set(report["interfaces"])),
               "applied_cursor": report["cursor"], "entries": report["entries"],
               "error": report.get("error"), "reported_at": models.utcnow()}
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         updated = unit.session.execute(
             _A.update().where(_A.c.partition_id == partition_id,
                               _A.c.agent_id == report["agent"]).values(**values)).rowcount

@@ -180,9 +180,7 @@ class BootTask:
     def record_event(self, kind, message, **data):
         """Append an event to the machine's history (committed at once), as
         :meth:`event_kind` names it; its data carry ``interface``."""
-        self.services.transactions.record_event(
-            self.machine.id, self.event_kind(kind), message,
-            data=dict(data, interface=self.interface), migration_id=self.migration_id)
+        self.services.transactions.grouped(self._event(kind, message, data)).result()
 
     def last_event(self, *kinds):
         """``(kind, data)`` of the machine's newest event of one of ``kinds``
@@ -199,9 +197,15 @@ class BootTask:
     async def arecord_event(self, kind, message, **data):
         """:meth:`record_event` for a step written as a coroutine: waits for the
         commit without blocking the loop."""
-        await self.services.transactions.arecord_event(
-            self.machine.id, self.event_kind(kind), message,
-            data=dict(data, interface=self.interface), migration_id=self.migration_id)
+        await self.services.transactions.grouped(self._event(kind, message, data))
+
+    def _event(self, kind, message, data):
+        """The group-committed work of :meth:`record_event` (its values taken now,
+        not in the writer's thread)."""
+        kind, data = self.event_kind(kind), dict(data, interface=self.interface)
+        machine_id, migration_id = self.machine.id, self.migration_id
+        return lambda unit: unit.event(kind, message, machine_id=machine_id,
+                                       migration_id=migration_id, data=data)
 
     async def apublish_dhcp_entries(self, entries):
         """Make ``entries`` (:class:`~metalboot_framework.dhcp.HostEntry`, one

@@ -22,9 +22,7 @@ import hashlib
 import hmac
 import secrets
 
-import sqlalchemy.exc
-
-from metalboot_framework.store import models
+from metalboot_framework.store import settings
 
 SECRET_KEY = "machine_token_secret"
 #: the scope of a machine's unbound token, and the binding of a by-MAC fetch
@@ -41,18 +39,8 @@ class TokenSigner:
     @classmethod
     def from_database(cls, db):
         """Load the deployment's secret, creating it if this is the first process."""
-        for _ in range(2):
-            try:
-                with db.write() as session:
-                    row = session.get(models.Setting, SECRET_KEY)
-                    if row is None:
-                        row = models.Setting(key=SECRET_KEY, value=secrets.token_hex(32))
-                        session.add(row)
-                    secret = row.value
-                return cls(bytes.fromhex(secret))
-            except sqlalchemy.exc.IntegrityError:
-                continue  # another process created it first: read theirs
-        raise RuntimeError("cannot read or create the machine token secret")
+        return cls(bytes.fromhex(settings.get_or_create(
+            db, SECRET_KEY, lambda: secrets.token_hex(32))))
 
     def machine_token(self, machine_id, generation, interface):
         mac = hmac.new(self._secret, f"{machine_id}:{generation}:{interface}".encode(),

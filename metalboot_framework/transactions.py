@@ -3,13 +3,16 @@
 Every change is a write transaction (:class:`UnitOfWork`) that appends the
 events it causes; the event hooks hear of them, and the unit's announcements
 are made, only once it is committed. A write is committed on its own
-(:meth:`Transactions.write`) or together with other threads' small writes by
-the group commit (:mod:`metalboot_framework.store.group_commit`), whose
-announcements the announcer makes in commit order
-(:mod:`metalboot_framework.announcer`).
+(:meth:`Transactions.now`) or together with other writers' small writes by
+the group commit (:meth:`Transactions.grouped`, :meth:`Transactions.batched`;
+:mod:`metalboot_framework.store.group_commit`), whose announcements the
+announcer makes in commit order (:mod:`metalboot_framework.announcer`). Outside
+``store/``, nothing else writes to the database.
 """
 
+import asyncio
 import contextlib
+import threading
 import types
 
 import sqlalchemy
@@ -28,7 +31,9 @@ _NEWEST_EVENT_ID = sqlalchemy.select(sqlalchemy.func.max(EVENTS.c.id))
 
 class UnitOfWork:
     """A write transaction, the events it appends (for hooks, after commit) and
-    what is to be announced once it is committed (:meth:`announce`)."""
+    what is to be announced once it is committed (:meth:`announce`).
+    ``session``: an ORM session, or a Core connection (``now(core=True)``,
+    grouped and batched work)."""
 
     def __init__(self, session, defer_events=False):
         self.session = session
@@ -86,8 +91,21 @@ def _insert_events_sqlite(conn, pending):
 
 
 class Transactions:
-    """The ways to commit a write: alone, group-committed (waited for by a
-    thread or by a coroutine of the step loop), or batched with like work."""
+    """The one way to write: three entry points, each for blocking code and
+    for coroutines alike.
+
+    - :meth:`now`: a transaction of its own, committed when its block ends:
+      ``with`` in a thread, ``async with`` in a coroutine (the wait for the
+      write lock and the commit then happen in a thread).
+    - :meth:`grouped`: work committed by the group commit together with other
+      callers' small writes.
+    - :meth:`batched`: like :meth:`grouped`, for work done for many items at once.
+
+    :meth:`grouped` and :meth:`batched` queue their work at once and return a
+    :class:`Write`, as an executor returns a future: ``.result()`` waits for
+    the commit in a thread, ``await`` on an event loop. One call serves both
+    kinds of caller, and one that goes on before the commit (a step whose
+    re-run is harmless) keeps the :class:`Write` and awaits it later."""
 
     def __init__(self, db, hooks, step_loop):
         self.db = db
@@ -99,14 +117,28 @@ class Transactions:
         self._group = GroupCommitter(db.write_conn, finish=lambda conn, done: insert_events(
             conn, [unit for unit, _ in done]), committed=self._announce_committed)
 
-    @contextlib.contextmanager
-    def write(self, core=False):
-        """A write transaction; events added to it reach hooks after commit.
+    def now(self, core=False, nowait=False):
+        """A write transaction (:class:`UnitOfWork`) of its own; events added to
+        it reach hooks after commit. ``with`` or ``async with`` (:class:`Now`).
 
         ``core``: over a plain connection instead of an ORM session (hot paths);
-        its events are inserted together at the end, ids then.
-        """
-        with (self.db.write_conn() if core else self.db.write()) as session:
+        its events are inserted together at the end, ids then. ``nowait``
+        (implies ``core``): the unit is None instead of waiting when SQLite's
+        write lock is taken at this moment, and always on PostgreSQL: for code
+        on an event loop, which must not wait (:meth:`.Database.write_conn_nowait`)."""
+        return Now(self, core, nowait)
+
+    @contextlib.contextmanager
+    def _now(self, core, nowait):
+        core = core or nowait
+        if nowait:
+            opened = self.db.write_conn_nowait()
+        else:
+            opened = self.db.write_conn() if core else self.db.write()
+        with opened as session:
+            if session is None:
+                yield None
+                return
             unit = UnitOfWork(session, defer_events=core)
             yield unit
             if core:
@@ -118,12 +150,13 @@ class Transactions:
         """What follows the commit of ``unit``: its events to the event hooks,
         then its announcements. ``event_hooks``: whether there are any, if the
         caller asked already (once for a batch of units)."""
-        calls = []
+        if not unit.events:
+            return unit.after
         if event_hooks is None:
             event_hooks = self.hooks.has("metalboot_event")
-        if unit.events and event_hooks:
-            calls += [(self._notify_event, (ev,)) for ev in unit.events]
-        return calls + unit.after
+        if not event_hooks:
+            return unit.after
+        return [(self._notify_event, (ev,)) for ev in unit.events] + unit.after
 
     def _notify_event(self, ev):
         self.hooks.notify("metalboot_event", event=event_dict(ev))
@@ -142,47 +175,106 @@ class Transactions:
             return unit, work(unit)
         return run
 
-    def write_grouped(self, work):
-        """``work(unit)`` like ``write(core=True)``, group-committed with other
-        threads' writes; returns its result once committed. ``work`` must only
-        write to the database: it may run twice (a failed batch is re-run one by
-        one). Its events get their ids at the end of the batch; they reach the
-        hooks, with what the unit announces, through the announcer."""
-        return self._group.run(self._grouped(work))[1]
+    def grouped(self, work):
+        """``work(unit)`` like ``now(core=True)``, group-committed with other
+        writes; a :class:`Write` of its result. ``work`` must only write to the
+        database: it may run twice (a failed batch is re-run one by one). Its
+        events get their ids at the end of the batch; they reach the hooks,
+        with what the unit announces, through the announcer."""
+        return Write(self._group.submit(self._grouped(work)), self.step_loop)
 
-    def write_batched(self, many, item):
-        """Like :meth:`write_grouped`, for work that is cheaper done for many items
-        at once: ``many(conn, items)`` writes for every item of a batch that shares
+    def batched(self, many, item):
+        """Like :meth:`grouped`, for work that is cheaper done for many items at
+        once: ``many(conn, items)`` writes for every item of a batch that shares
         ``many`` and returns ``(UnitOfWork, result)`` per item, in order."""
-        return self._group.run(Batched(many, item))[1]
-
-    def write_batched_later(self, many, item):
-        """:meth:`write_batched` without waiting: an outcome that :meth:`asettle`
-        turns into its result."""
-        return self._group.submit(Batched(many, item))
-
-    # Coroutines of the step loop wait for the same commits without a thread.
-    async def awrite_grouped(self, work):
-        """:meth:`write_grouped` for a coroutine on the step loop."""
-        return (await self.step_loop.outcome(self._group.submit(self._grouped(work))))[1]
-
-    async def awrite_batched(self, many, item):
-        """:meth:`write_batched` for a coroutine on the step loop."""
-        return (await self.step_loop.outcome(self._group.submit(Batched(many, item))))[1]
-
-    async def asettle(self, outcome):
-        """The result of :meth:`write_batched_later`'s work, once committed."""
-        return (await self.step_loop.outcome(outcome))[1]
-
-    def record_event(self, machine_id, kind, message, data=None, migration_id=None):
-        """Append one event, group-committed; returns once it is committed."""
-        self.write_grouped(_event_work(machine_id, kind, message, data, migration_id))
-
-    async def arecord_event(self, machine_id, kind, message, data=None, migration_id=None):
-        """:meth:`record_event` for a coroutine on the step loop."""
-        await self.awrite_grouped(_event_work(machine_id, kind, message, data, migration_id))
+        return Write(self._group.submit(Batched(many, item)), self.step_loop)
 
 
-def _event_work(machine_id, kind, message, data, migration_id):
-    return lambda unit: unit.event(kind, message, machine_id=machine_id,
-                                   migration_id=migration_id, data=data)
+class Write:
+    """A write queued for the group commit: its result once committed, waited
+    for in a thread (:meth:`result`) or awaited on an event loop (the step
+    loop's without a thread). Raises what the work raised."""
+
+    __slots__ = ("_outcome", "_step_loop")
+
+    def __init__(self, outcome, step_loop):
+        self._outcome = outcome
+        self._step_loop = step_loop
+
+    def result(self):
+        """The result, waiting for the commit (not from the step loop)."""
+        return self._outcome.result()[1]
+
+    def done(self):
+        return self._outcome.done()
+
+    def add_done_callback(self, fn):
+        """``fn(write)`` once committed (or failed), in the writer's thread."""
+        self._outcome.add_done_callback(lambda _: fn(self))
+
+    def __await__(self):
+        if self._step_loop.in_loop():
+            future = self._step_loop.outcome(self._outcome)
+        else:
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            self._outcome.add_done_callback(
+                lambda done: loop.call_soon_threadsafe(_settle, future, done))
+        return (yield from future.__await__())[1]
+
+
+def _settle(future, outcome):
+    if future.cancelled():
+        return
+    try:
+        future.set_result(outcome.result())
+    except BaseException as exc:  # the work's own error, as a blocking caller gets it
+        future.set_exception(exc)
+
+
+class Now:
+    """:meth:`Transactions.now`: ``with`` waits for the write lock and the
+    commit in the calling thread; ``async with`` waits for them in a thread of
+    the loop's executor, and runs the block on the loop (keep its statements
+    few: the database is held while it runs). One block per object."""
+
+    def __init__(self, transactions, core, nowait):
+        self._opened = transactions._now(core, nowait)
+        self._entering = None  # async with: orders the thread's begin against a cancel
+        self._entered = self._abandoned = False
+
+    def __enter__(self):
+        return self._opened.__enter__()
+
+    def __exit__(self, *exc_info):
+        return self._opened.__exit__(*exc_info)
+
+    async def __aenter__(self):
+        self._entering = threading.Lock()
+        entering = asyncio.get_running_loop().run_in_executor(None, self._enter_in_thread)
+        try:
+            return await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            with self._entering:
+                self._abandoned = True
+                entered = self._entered
+            if entered:  # begun, but the block will not run: rolled back at once
+                self._roll_back()
+            raise
+
+    def _enter_in_thread(self):
+        unit = self.__enter__()
+        with self._entering:
+            self._entered = True
+            abandoned = self._abandoned
+        if abandoned:  # the coroutine was cancelled while this waited
+            self._roll_back()
+        return unit
+
+    def _roll_back(self):
+        cancelled = asyncio.CancelledError()
+        self.__exit__(type(cancelled), cancelled, None)
+
+    async def __aexit__(self, *exc_info):
+        exiting = asyncio.get_running_loop().run_in_executor(None, self.__exit__, *exc_info)
+        return await asyncio.shield(exiting)  # cancelled, the transaction still ends

@@ -30,9 +30,9 @@ bp = Blueprint("boot", __name__)
 
 def _record(services, rows):
     """Insert evidence rows (committed before the answer leaves); their ids."""
-    with services.db.write_conn() as conn:
-        ids = artifacts.insert_evidence(conn, rows, with_ids=True)
-        artifacts.prune_unverified(conn, rows,
+    with services.transactions.now(core=True) as unit:
+        ids = artifacts.insert_evidence(unit.session, rows, with_ids=True)
+        artifacts.prune_unverified(unit.session, rows,
                                    services.conf.artifacts.max_unverified_evidence)
     for evidence_id, row in zip(ids, rows, strict=True):
         artifacts.log_evidence(evidence_id, row)

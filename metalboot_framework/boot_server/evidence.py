@@ -217,10 +217,10 @@ class EvidenceWriter(GroupCommit):
     def _write(self, rows, nowait=False):
         """The ids of the rows asked for with them (a list); None when ``nowait``
         and the database's write lock is taken."""
-        db = self.services.db
-        with db.write_conn_nowait() if nowait else db.write_conn() as conn:
-            if conn is None:
+        with self.services.transactions.now(core=True, nowait=nowait) as unit:
+            if unit is None:
                 return None
+            conn = unit.session
             artifacts.insert_evidence(conn, [row for row, with_id in rows if not with_id])
             ids = artifacts.insert_evidence(
                 conn, [row for row, with_id in rows if with_id], with_ids=True) or []

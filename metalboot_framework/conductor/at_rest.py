@@ -49,7 +49,7 @@ class MachineWork:
                 return None
             return self.services.snapshot(unit.session, machine_id)
 
-        return self.services.transactions.write_grouped(claim)
+        return self.services.transactions.grouped(claim).result()
 
     def release(self, conn, machine_id):
         """Drop our lock on the machine in ``conn``'s transaction."""

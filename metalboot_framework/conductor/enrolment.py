@@ -49,8 +49,8 @@ class Enroller(MachineWork):
             return new
         finally:
             if not released:
-                self.services.transactions.write_grouped(
-                    lambda unit: self.release(unit.session, machine_id))
+                self.services.transactions.grouped(
+                    lambda unit: self.release(unit.session, machine_id)).result()
 
     def _enrol(self, machine, partition):
         """Returns (new state or None, whether the lock was released with it)."""
@@ -93,7 +93,7 @@ class Enroller(MachineWork):
             self.release(conn, machine.id)
             return finished
 
-        if not self.services.transactions.write_grouped(finish):
+        if not self.services.transactions.grouped(finish).result():
             return None, True  # a migration took it, or its interface changed meanwhile
         log = LOG.warning if error else LOG.info
         log("machine %s: %s", machine.id, f"enrolment on {target} failed: {error}" if error

@@ -102,9 +102,10 @@ class Conductor:
         self.evidence.stop()
         # transitions queued without waiting commit before this one, and are
         # announced before the conductor says it stopped
-        self.services.transactions.write_grouped(lambda unit: None)
+        self.services.transactions.grouped(lambda unit: None).result()
         self.services.transactions.announcer.flush()
-        with self.services.db.write() as s:
+        with self.services.transactions.now() as unit:
+            s = unit.session
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(online=False))
             machine_lock.release_all(s, self.host)
@@ -112,7 +113,7 @@ class Conductor:
     def _register(self):
         """Record this conductor as live; release locks a previous run left behind."""
         now = models.utcnow()
-        with self.services.transactions.write() as unit:
+        with self.services.transactions.now() as unit:
             s = unit.session
             row = s.get(models.Conductor, self.host)
             if row is None:
@@ -139,7 +140,8 @@ class Conductor:
         our own locks on machines none of our workers has (see _release_leaked)."""
         now = models.utcnow()
         limit = now - datetime.timedelta(seconds=self.conf.conductor.heartbeat_timeout)
-        with self.services.db.write() as s:
+        with self.services.transactions.now() as unit:
+            s = unit.session
             s.execute(update(models.Conductor).where(models.Conductor.hostname == self.host)
                       .values(heartbeat_at=now, online=True))
             self._release_leaked(s, now)
@@ -350,8 +352,9 @@ class Conductor:
         idle = self._idle_workers()
         if idle <= 0:
             return
-        dones, locked = self.services.transactions.write_grouped(
-            lambda unit: self.runner.start_many(unit.session, migration.id, idle, [unit] * idle))
+        dones, locked = self.services.transactions.grouped(
+            lambda unit: self.runner.start_many(unit.session, migration.id, idle,
+                                                [unit] * idle)).result()
         jobs = self.runner.read_jobs(migration.id, locked)  # starts announced once committed
         self._hand_over(migration.id, [done[1] for done in dones if done is not None], jobs)
 
@@ -419,7 +422,7 @@ class Conductor:
         """``old`` -> ``new`` if the migration is still ``old``; a final state
         records ``finished_at`` and the ``result`` of its machines' steps."""
         now = models.utcnow()
-        with self.services.transactions.write() as unit:
+        with self.services.transactions.now() as unit:
             values = {"state": new, "reason": reason, "updated_at": now}
             data = {"old": old, "new": new, "reason": reason}
             if new in states.FINAL:
@@ -473,7 +476,7 @@ class Conductor:
         except Exception as exc:
             drift = [f"drift check failed: {type(exc).__name__}: {exc}"]
         now = models.utcnow()
-        with self.services.transactions.write() as unit:
+        with self.services.transactions.now() as unit:
             unit.session.execute(update(models.Machine).where(models.Machine.id == machine_id)
                                  .values(drift=drift or None, drift_checked_at=now))
             if (drift or None) != previous:

@@ -52,7 +52,7 @@ class Remover(MachineWork):
                            data={"prepared_interface": interface, "error": error})
                 self.release(unit.session, machine_id)
 
-        self.services.transactions.write_grouped(finish)
+        self.services.transactions.grouped(finish).result()
         if error is not None:
             LOG.warning("machine %s: deletion failed: %s", machine_id, error,
                         extra={"machine_id": machine_id})

@@ -277,7 +277,7 @@ class StepRunner:
     def release(self, machine_ids):
         """Drop this conductor's locks on machines it claimed but will not run."""
         if machine_ids:
-            self.services.transactions.write_grouped(self._release_work(machine_ids))
+            self.services.transactions.grouped(self._release_work(machine_ids)).result()
 
     def _release_work(self, machine_ids):
         return lambda unit: machine_lock.release(unit.session, machine_ids, self.host)
@@ -301,7 +301,7 @@ class StepRunner:
         the last machine is in afterwards, or None if nothing ran.
         """
         if job is None:
-            job = (await self.services.transactions.awrite_grouped(lambda unit: self.claim_many(
+            job = (await self.services.transactions.grouped(lambda unit: self.claim_many(
                 unit.session, migration_id, [machine_id]))).get(machine_id)
             if job is None:
                 return None
@@ -321,7 +321,7 @@ class StepRunner:
                 if successor is None:
                     return new
                 if not switch(job.machine_id, successor.machine_id):
-                    await self.services.transactions.awrite_grouped(
+                    await self.services.transactions.grouped(
                         self._release_work([successor.machine_id]))
                     return new
                 job = successor
@@ -344,8 +344,8 @@ class StepRunner:
 
     def _release_directly(self, machine_id):
         """Not group-committed: the group commit may be what failed."""
-        with self.services.db.write_conn() as conn:
-            machine_lock.release_one(conn, machine_id, self.host)
+        with self.services.transactions.now(core=True) as unit:
+            machine_lock.release_one(unit.session, machine_id, self.host)
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
@@ -389,7 +389,7 @@ class StepRunner:
         pending, job.pending = job.pending, None
         if pending is None:
             return True
-        return (await self.services.transactions.asettle(pending)).done is not None
+        return (await pending).done is not None
 
     def _finish_later(self, job, new, reason, evidence_id=None):
         """Queue the step's outcome and go on at once: for a step whose re-run
@@ -411,7 +411,7 @@ class StepRunner:
         if new == Step.ACTIVATING:
             # evidence counts from now, before activate may reset the machine
             activated_at = job.activated_at = job.activated_at or models.utcnow()
-        job.pending = self.services.transactions.write_batched_later(self._apply_batch, Transition(
+        job.pending = self.services.transactions.batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, options=job.options,
             names=(job.source, job.target), release=release, evidence_id=evidence_id,
             activated_at=activated_at))
@@ -433,7 +433,7 @@ class StepRunner:
         if new == Step.ROLLING_BACK and job.activated_at is None and job.maybe_activated:
             # persisted, so that a rollback resumed after another crash resets too
             activated_at = job.activated_at = models.utcnow()
-        committed = await self.services.transactions.awrite_batched(self._apply_batch, Transition(
+        committed = await self.services.transactions.batched(self._apply_batch, Transition(
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
             refill=job.refill and new in machine_steps.REFILLING, activated_at=activated_at))
@@ -540,9 +540,9 @@ class StepRunner:
         """Persist old -> new with an event, in one transaction; False if the
         machine was no longer in ``old`` (someone else moved it). ``release``
         also drops this conductor's lock on the machine in that transaction."""
-        committed = self.services.transactions.write_batched(self._apply_batch, Transition(
+        committed = self.services.transactions.batched(self._apply_batch, Transition(
             migration_id, machine_id, old, new, reason, error=error, evidence_id=evidence_id,
-            release=release, options=options))
+            release=release, options=options)).result()
         return committed.done is not None
 
     def _apply_batch(self, conn, transitions):

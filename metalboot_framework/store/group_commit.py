@@ -112,14 +112,14 @@ class GroupCommitter:
     def run(self, work):
         """Run ``work(conn)`` (or a :class:`Batched` item) in a write transaction;
         its result once committed."""
-        if self._thread.is_current():
-            # The batch holds the write transaction (on SQLite the process's write
-            # lock): a second one from here would wait for itself.
-            raise RuntimeError("a grouped write must not start another write")
         return self.submit(work).result()
 
     def submit(self, work):
         """Queue ``work`` like :meth:`run`; its :class:`Outcome`, without waiting."""
+        if self._thread.is_current():
+            # The batch holds the write transaction (on SQLite the process's write
+            # lock): a second one from here would wait for itself.
+            raise RuntimeError("a grouped write must not start another write")
         future = Outcome()
         self._queue.put((work, future))
         self._thread.ensure()

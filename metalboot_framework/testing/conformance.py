@@ -267,7 +267,7 @@ def record_fetch(services, machine_id, interface, name, client_address="192.0.2.
     """
     from metalboot_framework.store import models
 
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         unit.session.add(models.BootEvidence(
             machine_id=machine_id, interface=interface, kind="fetch", path=name,
             client_address=client_address, created_at=models.utcnow()))

@@ -45,7 +45,7 @@ def test_grouped_writes_reach_the_hooks_in_commit_order(services):
         def work(unit):
             unit.event("test.write", f"write {n}")
             unit.announce(announced.append, n)
-        services.transactions.write_grouped(work)
+        services.transactions.grouped(work).result()
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(write, range(200)))

@@ -367,7 +367,7 @@ def make_task(services, local_agent):
 
     def make(interface, nics, machine_id=None, boot_mode="uefi", bmc_address=None):
         machine_id = machine_id or str(uuid.uuid4())
-        with services.transactions.write() as unit:
+        with services.transactions.now() as unit:
             session = unit.session
             if session.get(models.Partition, "p1") is None:
                 session.add(models.Partition(id="p1", cmdline="console=ttyS0"))

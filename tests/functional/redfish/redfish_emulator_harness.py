@@ -278,7 +278,7 @@ def add_machine(services, emulator_url, system, machine_id=None, partition_id="p
                 interface="redfish-http-url", boot_mode="uefi", username=BMC_USER,
                 password=BMC_PASSWORD):
     machine_id = machine_id or system["name"]
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         s = unit.session
         if s.get(models.Partition, partition_id) is None:
             s.add(models.Partition(id=partition_id, kernel_url="http://127.0.0.1:1/k",

@@ -58,7 +58,7 @@ def local_agent(services):
 def make_task(services, local_agent):
     def make(interface, nics, boot_mode="uefi", bmc_address=None):
         machine_id = str(uuid.uuid4())
-        with services.transactions.write() as unit:
+        with services.transactions.now() as unit:
             session = unit.session
             if session.get(models.Partition, "p1") is None:
                 session.add(models.Partition(id="p1", cmdline=""))

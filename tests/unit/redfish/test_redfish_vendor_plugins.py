@@ -30,7 +30,7 @@ def services(tmp_path):
 
 
 def task_for(services, bmc, interface, machine_id="m1", properties=None):
-    with services.transactions.write() as unit:
+    with services.transactions.now() as unit:
         s = unit.session
         if s.get(models.Partition, "p1") is None:
             s.add(models.Partition(id="p1", kernel_url="http://127.0.0.1:1/k",
