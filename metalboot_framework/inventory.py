@@ -11,6 +11,7 @@ import types
 from sqlalchemy import delete, func, insert, select
 
 from metalboot_framework import machine_steps
+from metalboot_framework.conductor import machine_lock
 from metalboot_framework.feed import event_dict
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
@@ -109,6 +110,10 @@ def nic_dict(n):
             "ipv6_address": n.ipv6_address}
 
 
+def _lock_view(held):
+    return None if held is None else {"holder": held[0], "since": iso(held[1])}
+
+
 def machine_dict(m, nics, migration=None):
     """A machine as the API shows it: never with its BMC password."""
     return {
@@ -120,7 +125,7 @@ def machine_dict(m, nics, migration=None):
         "boot_interface": m.boot_interface, "boot_mode": m.boot_mode, "state": m.state,
         "prepared_interface": m.prepared_interface, "last_error": m.last_error,
         "properties": m.properties or {},
-        "lock": {"holder": m.reservation, "since": iso(m.reserved_at)} if m.reservation else None,
+        "lock": _lock_view(machine_lock.holder(m)),
         "migration": migration,
         "drift": m.drift, "drift_checked_at": iso(m.drift_checked_at),
         "created_at": iso(m.created_at), "updated_at": iso(m.updated_at),
@@ -337,8 +342,8 @@ def _views_of_new_rows(machine_rows, nic_rows):
     nics = {}
     for row in nic_rows:
         nics.setdefault(row["machine_id"], []).append(types.SimpleNamespace(**row))
-    fresh = {"reservation": None, "reserved_at": None, "drift": None,
-             "drift_checked_at": None, "updated_at": None}
+    fresh = {**machine_lock.NEVER_HELD, "drift": None, "drift_checked_at": None,
+             "updated_at": None}
     return [machine_dict(types.SimpleNamespace(**row, **fresh), nics.get(row["id"], []))
             for row in machine_rows]
 
@@ -354,9 +359,10 @@ def _machine_for_update(session, machine_id):
 def _refuse_if_locked(m):
     """Checked after the lasting reasons to refuse (a migration, a deletion): the
     lock of a conductor's step is over in a moment, and naming it would hide them."""
-    if m.reservation is not None:
-        raise MachineLocked(f"machine {m.id} is locked by {m.reservation} since "
-                            f"{iso(m.reserved_at)}; try again when it is released")
+    held = machine_lock.holder(m)
+    if held is not None:
+        raise MachineLocked(f"machine {m.id} is locked by {held[0]} since "
+                            f"{iso(held[1])}; try again when it is released")
 
 
 def active_migration_of(session, machine_id):

@@ -42,18 +42,12 @@ class Enroller(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        machine, partition = claimed
-        released = False
-        try:
-            new, released = self._enrol(machine, partition)
-            return new
-        finally:
-            if not released:
-                self.services.transactions.write_grouped(
-                    lambda unit: self.release(unit.session, machine_id))
+        lock, machine, partition = claimed
+        with lock:
+            return self._enrol(lock, machine, partition)
 
-    def _enrol(self, machine, partition):
-        """Returns (new state or None, whether the lock was released with it)."""
+    def _enrol(self, lock, machine, partition):
+        """Returns the new state or None; the lock goes with the enrolment's end."""
         target, previous = machine.boot_interface, machine.prepared_interface
         error = None
         if target not in self.services.interfaces:
@@ -90,12 +84,14 @@ class Enroller(MachineWork):
                            message, machine_id=machine.id,
                            data={"boot_interface": target, "previous": previous,
                                  "error": error})
-            self.release(conn, machine.id)
+            lock.release_in(conn)
             return finished
 
-        if not self.services.transactions.write_grouped(finish):
-            return None, True  # a migration took it, or its interface changed meanwhile
+        finished = self.services.transactions.write_grouped(finish)
+        lock.dropped()
+        if not finished:
+            return None  # a migration took it, or its interface changed meanwhile
         log = LOG.warning if error else LOG.info
         log("machine %s: %s", machine.id, f"enrolment on {target} failed: {error}" if error
             else f"enrolled on {target}", extra={"machine_id": machine.id})
-        return new, True
+        return new

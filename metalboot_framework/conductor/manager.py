@@ -307,7 +307,7 @@ class Conductor:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
                 .where(MM.migration_id == migration.id, MM.state.in_(machine_steps.IN_FLIGHT),
-                       models.Machine.reservation.is_(None))
+                       machine_lock.unlocked())
                 .order_by(MM.position).limit(idle + len(self._in_flight))).all()
         for (machine_id,) in rows:
             if idle <= 0:
@@ -388,7 +388,7 @@ class Conductor:
             waiting = s.scalars(select(MM.machine_id).join(
                 models.Machine, models.Machine.id == MM.machine_id).where(
                 MM.migration_id == migration.id, MM.state == Step.AWAITING_BOOT,
-                models.Machine.reservation.is_(None))).all()
+                machine_lock.unlocked())).all()
         for machine_id in queued:
             self.runner.transition(migration.id, machine_id, Step.QUEUED, Step.CANCELLED, reason)
         if migration.state == states.CANCELLING:

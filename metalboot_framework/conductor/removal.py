@@ -36,7 +36,12 @@ class Remover(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        machine, partition = claimed
+        lock, machine, partition = claimed
+        with lock:
+            return self._remove(lock, machine, partition)
+
+    def _remove(self, lock, machine, partition):
+        machine_id = machine.id
         view = inventory.get_machine(self.services, machine_id)
         interface = machine.prepared_interface
         error = self._clean_up(machine, partition, interface)
@@ -50,9 +55,10 @@ class Remover(MachineWork):
                 unit.event("machine.deletion_failed", f"deletion failed: {error}",
                            machine_id=machine_id,
                            data={"prepared_interface": interface, "error": error})
-                self.release(unit.session, machine_id)
+                lock.release_in(unit.session)
 
         self.services.transactions.write_grouped(finish)
+        lock.dropped()  # released, or gone with the machine's row
         if error is not None:
             LOG.warning("machine %s: deletion failed: %s", machine_id, error,
                         extra={"machine_id": machine_id})

@@ -171,7 +171,7 @@ class Job:
     options: dict
     machine: object
     partition: object
-    released: bool = False
+    lock: machine_lock.Held
     refill: bool = False  # its end may start the next queued machine (run's switch)
     # the machine started in the slot this one freed, its lock taken: the same
     # coroutine runs it next (see StepRunner.run)
@@ -271,7 +271,8 @@ class StepRunner:
                 jobs[machine_id] = Job(
                     migration_id, machine_id, row.state, row.source_boot_interface,
                     migration.target_boot_interface, row.activated_at, migration.state,
-                    migration.options, machine, partition)
+                    migration.options, machine, partition,
+                    machine_lock.Held(self.services, machine_id, self.host))
         return jobs, idle
 
     def release(self, machine_ids):
@@ -307,30 +308,32 @@ class StepRunner:
                 return None
             job.resumed = True
             job.maybe_activated = job.state == Step.PREPARING and job.activated_at is None
-        try:
-            while True:
-                started = time.monotonic()
-                step = job.state
-                job.refill = switch is not None and not self.stopping
-                new = await self._step(job)
-                metrics.observe_step(step, job.target, time.monotonic() - started)
-                if new in machine_steps.IN_FLIGHT:
-                    job.state = new
-                    continue
-                successor = job.successor
-                if successor is None:
-                    return new
-                if not switch(job.machine_id, successor.machine_id):
-                    await self.services.transactions.awrite_grouped(
-                        self._release_work([successor.machine_id]))
-                    return new
-                job = successor
-        finally:
-            if job.pending is not None and not job.released:
-                await self._settle(job)  # a step raised with its move's commit queued
-            if not job.released:  # the last transition failed before releasing
-                await self.services.step_loop.call_in_thread(
-                    self._release_directly, job.machine_id)
+        while True:
+            async with job.lock:  # released on the way out unless a move took it
+                try:
+                    new = await self._steps(job, switch)
+                finally:
+                    if job.pending is not None and job.lock.held:
+                        await self._settle(job)  # a step raised with its move's commit queued
+            successor = job.successor
+            if successor is None:
+                return new
+            if not switch(job.machine_id, successor.machine_id):
+                await successor.lock.arelease_grouped()
+                return new
+            job = successor
+
+    async def _steps(self, job, switch):
+        """The machine's steps while it is in flight; the step it ends in."""
+        while True:
+            started = time.monotonic()
+            step = job.state
+            job.refill = switch is not None and not self.stopping
+            new = await self._step(job)
+            metrics.observe_step(step, job.target, time.monotonic() - started)
+            if new not in machine_steps.IN_FLIGHT:
+                return new
+            job.state = new
 
     def _persisted_deadline(self, job):
         """The persisted deadline of a machine awaiting its boot, as a
@@ -341,11 +344,6 @@ class StepRunner:
         if deadline is None:
             return None
         return time.monotonic() + (deadline - models.utcnow()).total_seconds()
-
-    def _release_directly(self, machine_id):
-        """Not group-committed: the group commit may be what failed."""
-        with self.services.db.write_conn() as conn:
-            machine_lock.release_one(conn, machine_id, self.host)
 
     async def _step(self, job):
         cancelling = job.migration_state == "cancelling" or job.migration_id in self.cancelling
@@ -417,7 +415,7 @@ class StepRunner:
             activated_at=activated_at))
         if release:
             job.pending.add_done_callback(_log_if_failed)  # nobody waits for it
-        job.released = release
+            job.lock.dropped()
         return new
 
     async def _finish(self, job, new, reason, error=None):
@@ -437,7 +435,8 @@ class StepRunner:
             job.migration_id, job.machine_id, job.state, new, reason, error=error,
             release=release, options=job.options, names=(job.source, job.target),
             refill=job.refill and new in machine_steps.REFILLING, activated_at=activated_at))
-        job.released = release
+        if release:
+            job.lock.dropped()
         if committed.done is None:
             return None  # someone else moved the machine: not ours to go on with
         if committed.successor is not None:
