@@ -28,10 +28,10 @@ import tempfile
 import time
 
 from benchmarks.common import fmt, table
-from metalboot_framework import logs
+from metalboot_framework import logs, machine_steps
 from metalboot_framework.conductor import machine_lock
 from metalboot_framework.conductor.manager import Conductor
-from metalboot_framework.conductor.steps import StepRunner, Transition
+from metalboot_framework.conductor.steps import Move, StepRunner
 from metalboot_framework.services import Services
 from metalboot_framework.store import models
 from metalboot_framework.testing.conformance import make_conf
@@ -109,8 +109,9 @@ def run(count=10000, rounds=10):
 
     def transitions():
         spent = {"apply": 0.0, "events": 0.0, "announce": 0.0}
-        todo = [Transition("g", m, "validating", "preparing", "fake-alt validated",
-                           options={"boot_timeout": 600}) for m in batch]
+        validated = machine_steps.on("validating", "validated")
+        todo = [Move("g", m, validated, "fake-alt validated", options={"boot_timeout": 600})
+                for m in batch]
         with services.db.write_conn() as conn:
             # each round makes the same move (the table has no way back)
             conn.execute(mm.update().where(mm.c.machine_id.in_(batch)).values(

@@ -26,7 +26,7 @@ from sqlalchemy import select, update
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
-from metalboot_framework.machine_steps import Step
+from metalboot_framework.machine_steps import Event, Step
 from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.at_rest import Waiting
 from metalboot_framework.conductor.enrolment import Enroller
@@ -199,7 +199,8 @@ class Conductor:
                 self._cancel_queued(migration)
             elif migration.state == states.HALTING and admission.queued(tally):
                 # left queued by a conductor that stopped right after halting it
-                self._cancel_queued(migration, f"migration halted: {migration.reason}")
+                self._cancel_queued(migration, f"migration halted: {migration.reason}",
+                                    Event.HALTED)
             elif migration.state == states.RUNNING:
                 if not self._check_budget(migration, tally):
                     self._start_queued(migration, tally)
@@ -373,10 +374,10 @@ class Conductor:
         if reason is None:
             return False
         if self._set_state(migration.id, states.RUNNING, states.HALTING, reason):
-            self._cancel_queued(migration, reason=f"migration halted: {reason}")
+            self._cancel_queued(migration, f"migration halted: {reason}", Event.HALTED)
         return True
 
-    def _cancel_queued(self, migration, reason="migration cancelled"):
+    def _cancel_queued(self, migration, reason="migration cancelled", event=Event.CANCELLED):
         """Queued machines -> cancelled; when cancelling, machines awaiting their
         boot -> rolling_back: ours are woken and roll back by themselves, the
         others' (unlocked: nobody waits for them) are moved here."""
@@ -390,11 +391,11 @@ class Conductor:
                 MM.migration_id == migration.id, MM.state == Step.AWAITING_BOOT,
                 machine_lock.unlocked())).all()
         for machine_id in queued:
-            self.runner.transition(migration.id, machine_id, Step.QUEUED, Step.CANCELLED, reason)
+            self.runner.transition(migration.id, machine_id, Step.QUEUED, event, reason)
         if migration.state == states.CANCELLING:
             for machine_id in waiting:
                 if self.runner.transition(migration.id, machine_id, Step.AWAITING_BOOT,
-                                          Step.ROLLING_BACK, reason, error=reason):
+                                          Event.CANCELLED, reason, error=reason):
                     self._submit(migration.id, machine_id)
 
     def _close_if_finished(self, migration):
