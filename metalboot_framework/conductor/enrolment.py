@@ -17,6 +17,7 @@ import logging
 from sqlalchemy import bindparam, update
 
 from metalboot_framework.conductor.at_rest import MachineWork
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
@@ -25,7 +26,7 @@ LOG = logging.getLogger(__name__)
 _M = models.Machine.__table__
 _mid = bindparam("mid")
 PREPARED = update(_M).where(_M.c.id == _mid).values(prepared_interface=bindparam("iface"))
-FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
+FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == State.ENROLLING,
                           _M.c.boot_interface == bindparam("iface")) \
     .values(state=bindparam("state"), last_error=bindparam("error"),
             updated_at=bindparam("now"))
@@ -34,7 +35,7 @@ FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
 class Enroller(MachineWork):
     """Enrols one machine at a time; any number of them run in the worker pool."""
 
-    state = "enrolling"
+    state = State.ENROLLING.value
 
     def run(self, machine_id):
         """Enrol the machine if it is still enrolling and unlocked; returns its new
@@ -66,7 +67,7 @@ class Enroller(MachineWork):
             if error is None:
                 error = call_step(self.services, machine, partition, target, "prepare")
                 prepare_failed = error is not None  # maybe half done: not prepared
-        new = "error" if error else "ready"
+        new = State.ERROR.value if error else State.READY.value
 
         def finish(unit):
             conn = unit.session

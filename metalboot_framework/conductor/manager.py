@@ -26,6 +26,7 @@ from sqlalchemy import select, update
 from metalboot_framework import migration_states as states
 from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.machine_steps import Event, Step
 from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.at_rest import Waiting
@@ -457,7 +458,7 @@ class Conductor:
         with self.services.db.read() as s:
             machines = s.execute(select(models.Machine.id, models.Machine.boot_interface,
                                         models.Machine.drift)
-                                 .where(models.Machine.state == "ready")).all()
+                                 .where(models.Machine.state == State.READY)).all()
         # A pool of its own: drift checks of a whole fleet must not queue ahead of
         # migration steps in the workers' pool.
         with concurrent.futures.ThreadPoolExecutor(

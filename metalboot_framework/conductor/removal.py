@@ -14,20 +14,21 @@ from sqlalchemy import bindparam, update
 
 from metalboot_framework import inventory
 from metalboot_framework.conductor.at_rest import MachineWork
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
 
 _M = models.Machine.__table__
-FAILED = update(_M).where(_M.c.id == bindparam("mid"), _M.c.state == "deleting") \
-    .values(state="error", last_error=bindparam("error"), updated_at=bindparam("now"))
+FAILED = update(_M).where(_M.c.id == bindparam("mid"), _M.c.state == State.DELETING) \
+    .values(state=State.ERROR.value, last_error=bindparam("error"), updated_at=bindparam("now"))
 
 
 class Remover(MachineWork):
     """Removes one machine at a time; any number of them run in the worker pool."""
 
-    state = "deleting"
+    state = State.DELETING.value
 
     def run(self, machine_id):
         """Clean up and forget the machine if it is still deleting and unlocked;

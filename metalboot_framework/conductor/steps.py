@@ -22,6 +22,7 @@ from sqlalchemy import bindparam, case, select, update
 
 from metalboot_framework import metrics
 from metalboot_framework import machine_steps
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.machine_steps import Event, Lock, Step, Write
 from metalboot_framework.conductor import admission, machine_lock
 from metalboot_framework.conductor.plugin_call import acall_step
@@ -60,19 +61,20 @@ _JOB_MIGRATION = select(_MIGRATIONS.c.target_boot_interface, _MIGRATIONS.c.state
                         _MIGRATIONS.c.options).where(_MIGRATIONS.c.id == bindparam("mig"))
 # Done: the machine's new interface, and our lock released in the same statement.
 _SWITCH = machine_lock.releasing(update(_MACHINES).where(_MACHINES.c.id.in_(_mids)).values(
-    boot_interface=bindparam("target"), prepared_interface=bindparam("target"), state="ready",
-    last_error=None, updated_at=bindparam("now")))
+    boot_interface=bindparam("target"), prepared_interface=bindparam("target"),
+    state=State.READY.value, last_error=None, updated_at=bindparam("now")))
 # Back at rest: ready if prepared for its interface, else the conductor enrols it
 # (a machine may join a migration before it was ever enrolled).
 _BACK_TO_REST = update(_MACHINES).where(_MACHINES.c.id == _mid,
-                                        _MACHINES.c.state == "migrating") \
-    .values(state=case((_MACHINES.c.prepared_interface == _MACHINES.c.boot_interface, "ready"),
-                       else_="enrolling"), updated_at=bindparam("now"))
+                                        _MACHINES.c.state == State.MIGRATING) \
+    .values(state=case((_MACHINES.c.prepared_interface == _MACHINES.c.boot_interface,
+                        State.READY.value), else_=State.ENROLLING.value),
+            updated_at=bindparam("now"))
 # A finished rollback prepared the source again (or found it prepared).
 _SOURCE_PREPARED = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
     prepared_interface=_MACHINES.c.boot_interface)
 _TO_ERROR = update(_MACHINES).where(_MACHINES.c.id == _mid).values(
-    state="error", last_error=bindparam("v_last_error"), updated_at=bindparam("now"))
+    state=State.ERROR.value, last_error=bindparam("v_last_error"), updated_at=bindparam("now"))
 _MM_NAMES = select(_MMT.c.source_boot_interface, _MIGRATIONS.c.target_boot_interface) \
     .join(_MIGRATIONS, _MIGRATIONS.c.id == _MMT.c.migration_id) \
     .where(_MMT.c.migration_id == bindparam("mig"), _MMT.c.machine_id == _mid)
