@@ -304,6 +304,11 @@ FINISHED = SUCCEEDED + FAILED + (Step.SKIPPED.value, Step.CANCELLED.value)
 AT_REST = (Step.ROLLED_BACK.value, Step.SKIPPED.value, Step.CANCELLED.value)
 #: ends whose slot the same coroutine fills at once with the next queued machine
 REFILLING = (Step.DONE.value, Step.VALID.value, Step.SKIPPED.value)
+#: ends of a dry run's machines that let the real migration go ahead
+DRY_RUN_PASSED = (Step.VALID.value, Step.SKIPPED.value)
+#: where a machine joins a migration: queued, or skipped if it cannot be
+#: migrated (the reason is its last_error)
+JOINED, EXCLUDED = Step.QUEUED.value, Step.SKIPPED.value
 
 #: the move forward from each step a plugin call makes: its row
 FORWARD_MOVES = {step: on(step, event) for step, (work, event) in WORK.items()

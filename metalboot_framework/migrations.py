@@ -17,7 +17,6 @@ from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
 from metalboot_framework import machine_lifecycle
 from metalboot_framework.machine_lifecycle import State
-from metalboot_framework.machine_steps import Step
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.timestamps import iso
@@ -106,7 +105,8 @@ def create(services, body):
             busy = m.state == State.MIGRATING and not dry_run
             rows.append({"migration_id": migration_id, "machine_id": m.id,
                          "position": position, "source_boot_interface": m.boot_interface,
-                         "state": Step.SKIPPED if reason else Step.QUEUED, "attempt": 0,
+                         "state": machine_steps.EXCLUDED if reason else machine_steps.JOINED,
+                         "attempt": 0,
                          "last_error": reason, "canary": False, "updated_at": now,
                          "finished_at": now if reason else None})
             if not reason and not busy:
@@ -114,7 +114,7 @@ def create(services, body):
         busy = [m.id for m in machines if m.state == State.MIGRATING] if not dry_run else []
         if busy:
             raise _busy_conflict(s, busy)
-        queued = [r for r in rows if r["state"] == Step.QUEUED]
+        queued = [r for r in rows if r["state"] == machine_steps.JOINED]
         if not queued:
             reasons = sorted({r["last_error"] for r in rows})
             raise InvalidInput("no selected machine can be migrated: " + "; ".join(reasons),
