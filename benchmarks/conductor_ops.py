@@ -7,8 +7,8 @@ directory, the CPU (``time.process_time``, best of several rounds) of what
 the scheduler and the group commit do for every machine of a migration:
 
 - ``claim``: take the locks of 500 machines and read their steps and
-  snapshots (:meth:`StepRunner.claim_many`);
-- ``apply``: one step's transition for 500 machines (:meth:`StepRunner.apply_many`);
+  snapshots (:meth:`.jobs.Claims.claim_many`);
+- ``apply``: one step's transition for 500 machines (:meth:`.moves.MoveWriter.apply_many`);
 - ``events``: insert those transitions' events (:func:`insert_events`);
 - ``announce``: log each transition and call the hooks;
 - ``tick``: one scheduler tick with nothing to move (500 machines awaiting their
@@ -28,10 +28,11 @@ import tempfile
 import time
 
 from benchmarks.common import fmt, table
-from metalboot_framework import logs
+from metalboot_framework import logs, machine_steps
 from metalboot_framework.conductor import machine_lock
 from metalboot_framework.conductor.manager import Conductor
-from metalboot_framework.conductor.steps import StepRunner, Transition
+from metalboot_framework.conductor.moves import Move
+from metalboot_framework.conductor.steps import StepRunner
 from metalboot_framework.services import Services
 from metalboot_framework.store import models
 from metalboot_framework.testing.conformance import make_conf
@@ -99,7 +100,7 @@ def run(count=10000, rounds=10):
     def claim_runnable():
         with services.db.write_conn() as conn:
             started = time.process_time()
-            jobs = runner.claim_many(conn, "g", batch)
+            jobs = runner.claims.claim_many(conn, "g", batch)
             spent = time.process_time() - started
             assert len(jobs) == BATCH
             machine_lock.release(conn, batch, "bench-host")
@@ -109,21 +110,22 @@ def run(count=10000, rounds=10):
 
     def transitions():
         spent = {"apply": 0.0, "events": 0.0, "announce": 0.0}
-        todo = [Transition("g", m, "validating", "preparing", "fake-alt validated",
-                           options={"boot_timeout": 600}) for m in batch]
+        validated = machine_steps.on("validating", "validated")
+        todo = [Move("g", m, validated, "fake-alt validated", options={"boot_timeout": 600})
+                for m in batch]
         with services.db.write_conn() as conn:
             # each round makes the same move (the table has no way back)
             conn.execute(mm.update().where(mm.c.machine_id.in_(batch)).values(
                 state="validating"))
             started = time.process_time()
             units = [UnitOfWork(conn, defer_events=True) for _ in todo]
-            done = runner.apply_many(conn, todo, units)
+            done = runner.moves.apply_many(conn, todo, units)
             applied = time.process_time()
             insert_events(conn, units)
             spent["apply"], spent["events"] = applied - started, time.process_time() - applied
         started = time.process_time()
         for d in done:
-            runner.announce(d)
+            runner.moves.announce(d)
         spent["announce"] = time.process_time() - started
         for key, value in spent.items():
             figures[key] = min(figures.get(key, float("inf")), value)

@@ -4,8 +4,8 @@ Built with warnings as errors. Generated parts: the configuration reference
 (oslo.config's ``show-options`` over every ``oslo.config.opts`` namespace),
 the REST API reference (``_ext/metalboot_openapi.py``, from the app's OpenAPI
 document) and the Python API of the plugin contract and the conformance kit
-(autodoc), and the per-machine state machine's diagram and table
-(``_ext/metalboot_machine_steps.py``, drawn by Graphviz's ``dot``). Needs metalboot
+(autodoc), and the diagrams and tables of a machine's steps and of its
+lifecycle (``_ext/metalboot_machine_steps.py``, drawn by Graphviz's ``dot``). Needs metalboot
 installed (its entry points) and the ``docs`` extra.
 """
 

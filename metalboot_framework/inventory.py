@@ -10,7 +10,9 @@ import types
 
 from sqlalchemy import delete, func, insert, select
 
-from metalboot_framework import machine_steps
+from metalboot_framework import machine_lifecycle, machine_steps
+from metalboot_framework.machine_lifecycle import State
+from metalboot_framework.conductor import machine_lock
 from metalboot_framework.feed import event_dict
 from metalboot_framework.exceptions import Conflict, InvalidInput, MachineLocked, NotFound
 from metalboot_framework.store import models
@@ -109,6 +111,10 @@ def nic_dict(n):
             "ipv6_address": n.ipv6_address}
 
 
+def _lock_view(held):
+    return None if held is None else {"holder": held[0], "since": iso(held[1])}
+
+
 def machine_dict(m, nics, migration=None):
     """A machine as the API shows it: never with its BMC password."""
     return {
@@ -120,7 +126,7 @@ def machine_dict(m, nics, migration=None):
         "boot_interface": m.boot_interface, "boot_mode": m.boot_mode, "state": m.state,
         "prepared_interface": m.prepared_interface, "last_error": m.last_error,
         "properties": m.properties or {},
-        "lock": {"holder": m.reservation, "since": iso(m.reserved_at)} if m.reservation else None,
+        "lock": _lock_view(machine_lock.holder(m)),
         "migration": migration,
         "drift": m.drift, "drift_checked_at": iso(m.drift_checked_at),
         "created_at": iso(m.created_at), "updated_at": iso(m.updated_at),
@@ -274,7 +280,7 @@ def register_machines(services, items, many):
             "bmc_address": bmc.get("address"), "bmc_username": bmc.get("username"),
             "bmc_password": bmc.get("password"), "bmc_verify_tls": bmc.get("verify_tls", True),
             "boot_interface": iface, "boot_mode": item.get("boot_mode", "uefi"),
-            "state": "enrolling", "prepared_interface": None, "last_error": None,
+            "state": State.ENROLLING.value, "prepared_interface": None, "last_error": None,
             "properties": item.get("properties") or {},
             "token_generation": 1, "created_at": now})
         for pos, nic in enumerate(item.get("nics") or []):
@@ -337,8 +343,8 @@ def _views_of_new_rows(machine_rows, nic_rows):
     nics = {}
     for row in nic_rows:
         nics.setdefault(row["machine_id"], []).append(types.SimpleNamespace(**row))
-    fresh = {"reservation": None, "reserved_at": None, "drift": None,
-             "drift_checked_at": None, "updated_at": None}
+    fresh = {**machine_lock.NEVER_HELD, "drift": None, "drift_checked_at": None,
+             "updated_at": None}
     return [machine_dict(types.SimpleNamespace(**row, **fresh), nics.get(row["id"], []))
             for row in machine_rows]
 
@@ -354,9 +360,10 @@ def _machine_for_update(session, machine_id):
 def _refuse_if_locked(m):
     """Checked after the lasting reasons to refuse (a migration, a deletion): the
     lock of a conductor's step is over in a moment, and naming it would hide them."""
-    if m.reservation is not None:
-        raise MachineLocked(f"machine {m.id} is locked by {m.reservation} since "
-                            f"{iso(m.reserved_at)}; try again when it is released")
+    held = machine_lock.holder(m)
+    if held is not None:
+        raise MachineLocked(f"machine {m.id} is locked by {held[0]} since "
+                            f"{iso(held[1])}; try again when it is released")
 
 
 def active_migration_of(session, machine_id):
@@ -371,7 +378,7 @@ def patch_machine(services, machine_id, data):
         unit.announce(services.work_arrived)  # enrolment, removal
         s = unit.session
         m = _machine_for_update(s, machine_id)
-        if m.state == "deleting":
+        if m.state == State.DELETING:
             raise Conflict(f"machine {machine_id} is being deleted; DELETE it with "
                            "force=true to forget it without clean-up")
         busy = active_migration_of(s, machine_id)
@@ -405,17 +412,17 @@ def patch_machine(services, machine_id, data):
             if key in data:
                 setattr(m, key, data[key])
         if "state" in data:
-            if m.state == "migrating":
+            if m.state == State.MIGRATING:
                 raise Conflict(f"machine {machine_id} is migrating; its state follows the "
                                f"migration", fields={"state": ["machine is migrating"]})
             m.state = data["state"]
-            if m.state in ("ready", "enrolling"):
+            if m.state in machine_lifecycle.CLEARS_ERROR:
                 m.last_error = None
-        if m.state == "ready" and (m.boot_interface != m.prepared_interface
+        if m.state == State.READY and (m.boot_interface != m.prepared_interface
                                    or MIGRATION_FROZEN_FIELDS & set(data) - {"boot_interface"}):
             # Not prepared for its (new) boot interface, or what it was prepared
             # from changed (NICs, BMC, partition, boot mode): the conductor enrols it.
-            m.state = "enrolling"
+            m.state = State.ENROLLING.value
         if "nics" in data:
             s.execute(delete(models.Nic).where(models.Nic.machine_id == machine_id))
             s.flush()
@@ -459,8 +466,8 @@ def delete_machine(services, machine_id, force=False):
                            f"(step {busy.state}); cancel it first")
         _refuse_if_locked(m)
         if m.prepared_interface is not None and not force:
-            if m.state != "deleting":
-                m.state, m.last_error, m.updated_at = "deleting", None, models.utcnow()
+            if m.state != State.DELETING:
+                m.state, m.last_error, m.updated_at = State.DELETING.value, None, models.utcnow()
                 unit.event("machine.deleting", f"deleting: {m.prepared_interface} is "
                            "cleaned up first", machine_id=machine_id,
                            data={"prepared_interface": m.prepared_interface})

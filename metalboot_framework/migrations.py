@@ -15,7 +15,8 @@ from sqlalchemy import bindparam, func, select, update
 from metalboot_framework import inventory
 from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
-from metalboot_framework.machine_steps import Step
+from metalboot_framework import machine_lifecycle
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.exceptions import Conflict, InvalidInput, NotFound
 from metalboot_framework.store import models
 from metalboot_framework.timestamps import iso
@@ -32,8 +33,8 @@ _SELECTED = (inventory.MACHINES.c.id, inventory.MACHINES.c.state,
 # work this statement has no use for).
 _CLAIM = update(inventory.MACHINES).where(
     inventory.MACHINES.c.id.in_(bindparam("ids", expanding=True)),
-    inventory.MACHINES.c.state.in_(("ready", "enrolling"))).values(
-    state="migrating", updated_at=bindparam("now"))
+    inventory.MACHINES.c.state.in_(machine_lifecycle.MIGRATABLE)).values(
+    state=State.MIGRATING.value, updated_at=bindparam("now"))
 
 
 def _select_machines(session, selector, target):
@@ -70,9 +71,9 @@ def _select_machines(session, selector, target):
 def _skip_reason(machine, target, services):
     if machine.boot_interface == target:
         return f"already on {target}"
-    if machine.state == "maintenance":
+    if machine.state == State.MAINTENANCE:
         return "machine is in maintenance"
-    if machine.state == "error":
+    if machine.state == State.ERROR:
         return ("machine is in error (a failed rollback or enrolment, see its last_error); "
                 "set it ready after repair")
     if machine.boot_interface not in services.interfaces:
@@ -101,18 +102,19 @@ def create(services, body):
         rows, claim = [], []
         for position, m in enumerate(machines):
             reason = _skip_reason(m, target, services) if not dry_run else None
-            busy = m.state == "migrating" and not dry_run
+            busy = m.state == State.MIGRATING and not dry_run
             rows.append({"migration_id": migration_id, "machine_id": m.id,
                          "position": position, "source_boot_interface": m.boot_interface,
-                         "state": Step.SKIPPED if reason else Step.QUEUED, "attempt": 0,
+                         "state": machine_steps.EXCLUDED if reason else machine_steps.JOINED,
+                         "attempt": 0,
                          "last_error": reason, "canary": False, "updated_at": now,
                          "finished_at": now if reason else None})
             if not reason and not busy:
                 claim.append(m.id)
-        busy = [m.id for m in machines if m.state == "migrating"] if not dry_run else []
+        busy = [m.id for m in machines if m.state == State.MIGRATING] if not dry_run else []
         if busy:
             raise _busy_conflict(s, busy)
-        queued = [r for r in rows if r["state"] == Step.QUEUED]
+        queued = [r for r in rows if r["state"] == machine_steps.JOINED]
         if not queued:
             reasons = sorted({r["last_error"] for r in rows})
             raise InvalidInput("no selected machine can be migrated: " + "; ".join(reasons),

@@ -8,6 +8,7 @@ from metalboot_framework import inventory
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import OneOf, current_services, endpoint
 from metalboot_framework.exceptions import BootInterfaceError, InvalidInput, ValidationFailed
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.steploop import call_blocking
 
 LOG = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def get_machine(machine_id):
 @bp.patch("/v1/machines/<machine_id>")
 @endpoint(role="admin", body=schemas.MachinePatchSchema,
           responses={200: schemas.MachineSchema}, extra_errors=(409,), tags=["machines"],
-          example={"state": "maintenance"})
+          example={"state": State.MAINTENANCE.value})
 def patch_machine(machine_id, body):
     """Change fields of a machine; 409 while it is locked or migrating."""
     return jsonify(inventory.patch_machine(current_services(), machine_id, body))

@@ -5,6 +5,7 @@ from flask import Blueprint, jsonify, url_for
 from metalboot_framework import migrations
 from metalboot_framework.api import schemas
 from metalboot_framework.api.spec import current_services, endpoint
+from metalboot_framework.machine_lifecycle import State
 
 bp = Blueprint("migrations", __name__)
 
@@ -16,7 +17,7 @@ def _limit(query):
 @bp.post("/v1/migrations")
 @endpoint(role="admin", body=schemas.MigrationCreateSchema,
           responses={202: schemas.MigrationSchema}, extra_errors=(409,), tags=["migrations"],
-          location=True, example={"selector": {"partition": "p1", "state": "ready"},
+          location=True, example={"selector": {"partition": "p1", "state": State.READY.value},
                                   "boot_interface": "fake", "max_parallel": 20,
                                   "max_failures": "5%", "canary": 2})
 def create_migration(body):

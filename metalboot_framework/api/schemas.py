@@ -16,15 +16,16 @@ import uuid
 from flask import current_app, has_app_context
 from marshmallow import RAISE, Schema, ValidationError, fields, validate, validates_schema
 
-from metalboot_framework import ipxe, machine_steps, migration_states
+from metalboot_framework import ipxe, machine_lifecycle, machine_steps, migration_states
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.conf.api import DEFAULT_MAX_PROPERTIES_SIZE
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 DUID_RE = re.compile(r"^[0-9a-f]{2}(:?[0-9a-f]{2})+$", re.I)
 
 BOOT_MODES = ("uefi", "bios")
-SETTABLE_STATES = ("ready", "maintenance", "enrolling")
-MACHINE_STATES = ("enrolling", "ready", "migrating", "maintenance", "error", "deleting")
+SETTABLE_STATES = machine_lifecycle.SETTABLE
+MACHINE_STATES = machine_lifecycle.ALL
 MAX_PAGE_SIZE = 1000
 MAX_CURSOR = 2 ** 63 - 1  # a database BIGINT
 
@@ -701,7 +702,7 @@ class SelectorSchema(StrictSchema):
     partition = fields.String(validate=grammar(ipxe.NAME))
     boot_interface = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "With partition: only machines now on this boot interface."})
-    state = fields.String(validate=validate.OneOf(("ready",)), metadata={
+    state = fields.String(validate=validate.OneOf((State.READY.value,)), metadata={
         "description": "With partition: only machines in this state (ready)."})
 
     @validates_schema

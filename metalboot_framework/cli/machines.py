@@ -7,7 +7,9 @@ import os
 
 import click
 
+from metalboot_framework import machine_lifecycle
 from metalboot_framework.cli import output
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.cli.client import EXIT_FAILED, EXIT_USAGE, CliError, segment
 from metalboot_framework.cli.common import bmc_password, drop_none, json_or_string, \
     parse_properties
@@ -38,7 +40,7 @@ def group():
 @click.option("--partition", help="Only machines of this partition.")
 @click.option("--boot-interface", help="Only machines on this boot interface.")
 @click.option("--state", type=click.Choice(
-    ("enrolling", "ready", "migrating", "maintenance", "error")))
+    [s for s in machine_lifecycle.ALL if s != State.DELETING]))
 @click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
 @output.output_option
 @click.pass_obj

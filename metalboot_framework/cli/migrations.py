@@ -12,7 +12,6 @@ from metalboot_framework.cli import output
 from metalboot_framework.cli.client import EXIT_FAILED, CliError, segment
 from metalboot_framework.cli.progress import bar, duration
 from metalboot_framework import machine_steps
-from metalboot_framework.machine_steps import Step
 
 #: Migration states in which nothing will change any more (with finished_at set).
 FINAL_STATES = states.FINAL
@@ -151,8 +150,8 @@ def dry_run(obj, timeout, output_, **options):
         time.sleep(0.3)
         migration = client.get(f"/v1/migrations/{segment(migration['id'])}")
     machines = migration_machines(client, migration["id"])
-    ok = migration["state"] == states.DONE and all(m["state"] in (Step.VALID, Step.SKIPPED)
-                                              for m in machines)
+    ok = migration["state"] == states.DONE and all(
+        m["state"] in machine_steps.DRY_RUN_PASSED for m in machines)
     if output.fmt(obj, output_) == "json":
         output.emit_json(dict(migration, machines=machines))
     else:

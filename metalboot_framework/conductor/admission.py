@@ -19,6 +19,7 @@ from sqlalchemy import bindparam, func, select
 from metalboot_framework import migration_states as states
 from metalboot_framework import machine_steps
 from metalboot_framework.machine_steps import Step
+from metalboot_framework.conductor import machine_lock
 from metalboot_framework.store import models
 
 _MMT = models.MigrationMachine.__table__
@@ -44,7 +45,7 @@ _MACHINES = models.Machine.__table__
 _QUEUED = select(_MMT.c.machine_id, _MMT.c.canary) \
     .join(_MACHINES, _MACHINES.c.id == _MMT.c.machine_id).where(
     _MMT.c.migration_id == bindparam("mig"), _MMT.c.state == Step.QUEUED,
-    _MACHINES.c.reservation.is_(None)) \
+    machine_lock.unlocked()) \
     .order_by(_MMT.c.position).limit(bindparam("n"))
 _CANARIES_QUEUED = _QUEUED.where(_MMT.c.canary.is_(True))
 _LOCKED_MIGRATION = select(_MIGRATIONS.c.state, _MIGRATIONS.c.options, _MIGRATIONS.c.total) \

@@ -1,6 +1,6 @@
 """What the conductor's work on machines at rest (removal, enrolment) shares:
-finding the machines waiting for it, taking a machine's lock, releasing it
-(:mod:`.machine_lock`).
+finding the machines waiting for it and taking a machine's lock
+(:class:`.machine_lock.Held`, which releases it).
 Plugin steps are called with :func:`.plugin_call.call_step`."""
 
 from sqlalchemy import bindparam, case, select
@@ -21,7 +21,7 @@ class Waiting:
         self._by_state = {worker.state: worker for worker in workers}
         rank = case({state: i for i, state in enumerate(self._by_state)}, value=_M.c.state)
         self._query = select(_M.c.id, _M.c.state).where(
-            _M.c.state.in_(list(self._by_state)), _M.c.reservation.is_(None)) \
+            _M.c.state.in_(list(self._by_state)), machine_lock.unlocked()) \
             .order_by(rank, _M.c.updated_at, _M.c.id).limit(bindparam("n"))
 
     def __call__(self, limit):
@@ -42,15 +42,13 @@ class MachineWork:
 
     def claim(self, machine_id):
         """Take the machine's lock if it is still in our state and unlocked; returns
-        (machine, partition), or None."""
+        (:class:`.machine_lock.Held`, machine, partition), or None."""
 
         def claim(unit):
-            if not machine_lock.take_in_state(unit.session, machine_id, self.state, self.host):
+            lock = machine_lock.Held.take_in_state(unit.session, self.services, machine_id,
+                                                   self.state, self.host)
+            if lock is None:
                 return None
-            return self.services.snapshot(unit.session, machine_id)
+            return (lock, *self.services.snapshot(unit.session, machine_id))
 
         return self.services.transactions.grouped(claim).result()
-
-    def release(self, conn, machine_id):
-        """Drop our lock on the machine in ``conn``'s transaction."""
-        machine_lock.release_one(conn, machine_id, self.host)

@@ -17,6 +17,7 @@ import logging
 from sqlalchemy import bindparam, update
 
 from metalboot_framework.conductor.at_rest import MachineWork
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
@@ -25,7 +26,7 @@ LOG = logging.getLogger(__name__)
 _M = models.Machine.__table__
 _mid = bindparam("mid")
 PREPARED = update(_M).where(_M.c.id == _mid).values(prepared_interface=bindparam("iface"))
-FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
+FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == State.ENROLLING,
                           _M.c.boot_interface == bindparam("iface")) \
     .values(state=bindparam("state"), last_error=bindparam("error"),
             updated_at=bindparam("now"))
@@ -34,7 +35,7 @@ FINISH = update(_M).where(_M.c.id == _mid, _M.c.state == "enrolling",
 class Enroller(MachineWork):
     """Enrols one machine at a time; any number of them run in the worker pool."""
 
-    state = "enrolling"
+    state = State.ENROLLING.value
 
     def run(self, machine_id):
         """Enrol the machine if it is still enrolling and unlocked; returns its new
@@ -42,18 +43,12 @@ class Enroller(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        machine, partition = claimed
-        released = False
-        try:
-            new, released = self._enrol(machine, partition)
-            return new
-        finally:
-            if not released:
-                self.services.transactions.grouped(
-                    lambda unit: self.release(unit.session, machine_id)).result()
+        lock, machine, partition = claimed
+        with lock:
+            return self._enrol(lock, machine, partition)
 
-    def _enrol(self, machine, partition):
-        """Returns (new state or None, whether the lock was released with it)."""
+    def _enrol(self, lock, machine, partition):
+        """Returns the new state or None; the lock goes with the enrolment's end."""
         target, previous = machine.boot_interface, machine.prepared_interface
         error = None
         if target not in self.services.interfaces:
@@ -72,7 +67,7 @@ class Enroller(MachineWork):
             if error is None:
                 error = call_step(self.services, machine, partition, target, "prepare")
                 prepare_failed = error is not None  # maybe half done: not prepared
-        new = "error" if error else "ready"
+        new = State.ERROR.value if error else State.READY.value
 
         def finish(unit):
             conn = unit.session
@@ -90,12 +85,14 @@ class Enroller(MachineWork):
                            message, machine_id=machine.id,
                            data={"boot_interface": target, "previous": previous,
                                  "error": error})
-            self.release(conn, machine.id)
+            lock.release_in(conn)
             return finished
 
-        if not self.services.transactions.grouped(finish).result():
-            return None, True  # a migration took it, or its interface changed meanwhile
+        finished = self.services.transactions.grouped(finish).result()
+        lock.dropped()
+        if not finished:
+            return None  # a migration took it, or its interface changed meanwhile
         log = LOG.warning if error else LOG.info
         log("machine %s: %s", machine.id, f"enrolment on {target} failed: {error}" if error
             else f"enrolled on {target}", extra={"machine_id": machine.id})
-        return new, True
+        return new

@@ -39,7 +39,7 @@ from sqlalchemy import bindparam, func, select
 
 from metalboot_framework import metrics
 from metalboot_framework.boot_interface import Evidence
-from metalboot_framework.machine_steps import Step
+from metalboot_framework.machine_steps import Event
 from metalboot_framework.store import models
 from metalboot_framework.store.many_rows import chunks
 from metalboot_framework.task import BootTask
@@ -129,8 +129,9 @@ class EvidenceWatcher:
     async def await_boot(self, job, deadline, timeout):
         """Wait for the machine's boot until ``deadline`` (``time.monotonic()``;
         ``timeout`` seconds after its move to ``awaiting_boot``):
-        ``(new state, reason, error, evidence id)`` of the transition that ends
-        the wait, or None when woken (see :meth:`wake`)."""
+        ``(event, reason, error, evidence id)`` of what ended the wait (the
+        table of :mod:`metalboot_framework.machine_steps` says where it
+        leads), or None when woken (see :meth:`wake`)."""
         waiting = _Waiting(job.migration_id, job.machine_id, job.target, job.activated_at,
                            bool((job.options or {}).get("require_boot_report")), deadline,
                            asyncio.get_running_loop().create_future())
@@ -150,9 +151,9 @@ class EvidenceWatcher:
             return None
         if ended is _TIMED_OUT:
             error = no_evidence_error(job.target, timeout)
-            return Step.ROLLING_BACK, error, error, None
+            return Event.BOOT_TIMEOUT, error, error, None
         metrics.observe_boot_evidence(job.target, job.activated_at, ended.created_at)
-        return Step.VERIFYING, evidence_reason(ended), None, ended.id
+        return Event.EVIDENCE, evidence_reason(ended), None, ended.id
 
     @staticmethod
     def _resolve(ended):

@@ -1,5 +1,8 @@
 """The per-machine lock: ``machines.reservation`` (the holder's host name) and
-``reserved_at`` (when it was taken). Every statement that writes them is here.
+``reserved_at`` (when it was taken). Every statement that writes or reads
+them is here: other modules ask :func:`unlocked` for the SQL condition,
+:func:`holder` for who holds a machine, and keep a lock they took as a
+:class:`Held`, which releases it when their work on the machine ends.
 
 The rules:
 
@@ -58,6 +61,7 @@ _DEAD = select(_C.c.hostname).where(_C.c.heartbeat_at < bindparam("limit"),
 _RELEASE_OF_HOLDERS = update(_M).where(_M.c.reservation.in_(bindparam("holders",
                                                                        expanding=True))) \
     .values(reservation=None, reserved_at=None)
+_UNLOCKED = _M.c.reservation.is_(None)
 _OFFLINE = update(_C).where(_C.c.hostname.in_(bindparam("holders", expanding=True))) \
     .values(online=False)
 
@@ -119,3 +123,82 @@ def release_of_dead(conn, limit):
     released = conn.execute(_RELEASE_OF_HOLDERS, {"holders": dead}).rowcount
     conn.execute(_OFFLINE, {"holders": dead})
     return dead, released
+
+
+def unlocked():
+    """The SQL condition "nobody holds the machine's lock" (on ``machines``)."""
+    return _UNLOCKED
+
+
+#: the lock columns of a machine row nobody ever locked (a row just inserted)
+NEVER_HELD = {"reservation": None, "reserved_at": None}
+
+
+def holder(machine):
+    """(who holds the lock of ``machine``, a row of ``machines``, since when),
+    or None if nobody does."""
+    if machine.reservation is None:
+        return None
+    return machine.reservation, machine.reserved_at
+
+
+class Held:
+    """One machine's lock, from the take to the release: the work on the
+    machine runs inside ``with held:`` (``async with`` on the step loop).
+
+    The transaction that ends the work may drop the lock with its own writes
+    (:meth:`release_in`, or a statement made by :func:`releasing`); once that
+    transaction is committed (or queued, when nobody waits for it) its caller
+    says so with :meth:`dropped`. Leaving the block releases a lock still
+    held in a transaction of its own -- not group-committed: the group commit
+    may be what failed.
+    """
+
+    def __init__(self, services, machine_id, host):
+        self.services = services
+        self.machine_id = machine_id
+        self.host = host
+        self.held = True
+
+    @classmethod
+    def take_in_state(cls, conn, services, machine_id, state, host):
+        """The lock of the machine if nobody holds it and it is in ``state``,
+        taken in ``conn``'s transaction; None otherwise."""
+        if not take_in_state(conn, machine_id, state, host):
+            return None
+        return cls(services, machine_id, host)
+
+    def release_in(self, conn):
+        """Drop the lock in ``conn``'s transaction (then :meth:`dropped`)."""
+        release_one(conn, self.machine_id, self.host)
+
+    def dropped(self):
+        """The lock went with a transaction of the work's: nothing to release."""
+        self.held = False
+
+    def release(self):
+        """Release the lock now, if still held, in a transaction of its own."""
+        if self.held:
+            with self.services.transactions.now(core=True) as unit:
+                release_one(unit.session, self.machine_id, self.host)
+            self.held = False
+
+    async def arelease_grouped(self):
+        """Release the lock, group-committed, from a coroutine of the step loop."""
+        if self.held:
+            await self.services.transactions.grouped(
+                lambda unit: release_one(unit.session, self.machine_id, self.host))
+            self.held = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        if self.held:
+            await self.services.step_loop.call_in_thread(self.release)

@@ -24,11 +24,12 @@ import time
 from sqlalchemy import select, update
 
 from metalboot_framework import migration_states as states
-from metalboot_framework import migrations as mig
 from metalboot_framework import machine_steps
-from metalboot_framework.machine_steps import Step
+from metalboot_framework.machine_steps import Event, Step
 from metalboot_framework.conductor import admission, machine_lock
+from metalboot_framework.conductor import migration_ends as ends
 from metalboot_framework.conductor.at_rest import Waiting
+from metalboot_framework.conductor.drift import DriftCheck
 from metalboot_framework.conductor.enrolment import Enroller
 from metalboot_framework.conductor.evidence import EvidenceWatcher
 from metalboot_framework.conductor.removal import Remover
@@ -54,6 +55,7 @@ class Conductor:
         self.enroller = Enroller(services, self.host)
         self.remover = Remover(services, self.host)
         self._at_rest_waiting = Waiting(services, (self.remover, self.enroller))
+        self.check_drift = DriftCheck(services, self.conf.conductor.workers)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads = []
@@ -201,7 +203,8 @@ class Conductor:
                 self._cancel_queued(migration)
             elif migration.state == states.HALTING and admission.queued(tally):
                 # left queued by a conductor that stopped right after halting it
-                self._cancel_queued(migration, f"migration halted: {migration.reason}")
+                self._cancel_queued(migration, f"migration halted: {migration.reason}",
+                                    Event.HALTED)
             elif migration.state == states.RUNNING:
                 if not self._check_budget(migration, tally):
                     self._start_queued(migration, tally)
@@ -212,7 +215,7 @@ class Conductor:
             if not admission.in_flight(tally) and (
                     not admission.queued(tally)
                     or migration.state in (states.CANCELLING, states.HALTING)):
-                self._close_if_finished(migration)
+                ends.close_if_finished(self.services, migration)
 
     def _tally(self, migration_id):
         with self.services.db.read_conn() as conn:
@@ -266,7 +269,7 @@ class Conductor:
         with self._in_flight_lock:
             for machine_id in refused:
                 self._handed_back[machine_id] = migration_id
-        self.runner.release(refused)
+        self.runner.claims.release(refused)
         for machine_id in machine_ids:
             if machine_id not in jobs:  # locked by someone else: its runner or a scan
                 self._submit(migration_id, machine_id)
@@ -309,7 +312,7 @@ class Conductor:
             rows = s.execute(
                 select(MM.machine_id).join(models.Machine, models.Machine.id == MM.machine_id)
                 .where(MM.migration_id == migration.id, MM.state.in_(machine_steps.IN_FLIGHT),
-                       models.Machine.reservation.is_(None))
+                       machine_lock.unlocked())
                 .order_by(MM.position).limit(idle + len(self._in_flight))).all()
         for (machine_id,) in rows:
             if idle <= 0:
@@ -353,33 +356,21 @@ class Conductor:
         if idle <= 0:
             return
         dones, locked = self.services.transactions.grouped(
-            lambda unit: self.runner.start_many(unit.session, migration.id, idle,
-                                                [unit] * idle)).result()
-        jobs = self.runner.read_jobs(migration.id, locked)  # starts announced once committed
+            lambda unit: self.runner.refill.start_many(unit.session, migration.id, idle,
+                                                       [unit] * idle)).result()
+        jobs = self.runner.claims.read_jobs(migration.id, locked)  # starts announced once committed
         self._hand_over(migration.id, [done[1] for done in dones if done is not None], jobs)
 
     def _check_budget(self, migration, tally):
         """Halt a migration past its failure budget or with a failed canary."""
-        if not admission.failures(tally):
-            return False
-        reason = None
-        if admission.canary_failing(tally):
-            with self.services.db.read() as s:
-                failed_canary = s.execute(select(MM.machine_id, MM.last_error).where(
-                    MM.migration_id == migration.id, MM.canary.is_(True),
-                    MM.state.in_(admission.FAILING)).order_by(MM.position)).first()
-            if failed_canary is not None:
-                reason = (f"canary machine {failed_canary.machine_id} failed: "
-                          f"{failed_canary.last_error}")
-        if reason is None:
-            reason = admission.over_budget(tally, migration.options, migration.total)
+        reason = ends.halt_reason(self.services, migration, tally)
         if reason is None:
             return False
-        if self._set_state(migration.id, states.RUNNING, states.HALTING, reason):
-            self._cancel_queued(migration, reason=f"migration halted: {reason}")
+        if ends.set_state(self.services, migration.id, states.RUNNING, states.HALTING, reason):
+            self._cancel_queued(migration, f"migration halted: {reason}", Event.HALTED)
         return True
 
-    def _cancel_queued(self, migration, reason="migration cancelled"):
+    def _cancel_queued(self, migration, reason="migration cancelled", event=Event.CANCELLED):
         """Queued machines -> cancelled; when cancelling, machines awaiting their
         boot -> rolling_back: ours are woken and roll back by themselves, the
         others' (unlocked: nobody waits for them) are moved here."""
@@ -391,60 +382,14 @@ class Conductor:
             waiting = s.scalars(select(MM.machine_id).join(
                 models.Machine, models.Machine.id == MM.machine_id).where(
                 MM.migration_id == migration.id, MM.state == Step.AWAITING_BOOT,
-                models.Machine.reservation.is_(None))).all()
+                machine_lock.unlocked())).all()
         for machine_id in queued:
-            self.runner.transition(migration.id, machine_id, Step.QUEUED, Step.CANCELLED, reason)
+            self.runner.transition(migration.id, machine_id, Step.QUEUED, event, reason)
         if migration.state == states.CANCELLING:
             for machine_id in waiting:
                 if self.runner.transition(migration.id, machine_id, Step.AWAITING_BOOT,
-                                          Step.ROLLING_BACK, reason, error=reason):
+                                          Event.CANCELLED, reason, error=reason):
                     self._submit(migration.id, machine_id)
-
-    def _close_if_finished(self, migration):
-        with self.services.db.read() as s:
-            current = s.execute(select(models.Migration.state, models.Migration.reason).where(
-                models.Migration.id == migration.id)).first()
-            by_state = mig.counts(s, migration.id)
-        if current is None or any(by_state.get(step) for step in machine_steps.ACTIVE):
-            return
-        summary = ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
-        if current.state == states.CANCELLING:
-            self._set_state(migration.id, states.CANCELLING, states.CANCELLED,
-                            f"cancelled: {summary}")
-        elif current.state in (states.RUNNING, states.PAUSED):
-            self._set_state(migration.id, current.state, states.DONE, f"finished: {summary}")
-        elif current.state == states.HALTING:
-            # the reason stays why it halted; the event says the machines in flight ended
-            self._set_state(migration.id, states.HALTING, states.HALTED, current.reason,
-                            message=f"the machines in flight have ended: {summary}")
-
-    def _set_state(self, migration_id, old, new, reason, message=None):
-        """``old`` -> ``new`` if the migration is still ``old``; a final state
-        records ``finished_at`` and the ``result`` of its machines' steps."""
-        now = models.utcnow()
-        with self.services.transactions.now() as unit:
-            values = {"state": new, "reason": reason, "updated_at": now}
-            data = {"old": old, "new": new, "reason": reason}
-            if new in states.FINAL:
-                by_state = mig.counts(unit.session, migration_id)
-                values.update(finished_at=now, result=states.result(by_state))
-                data.update(result=values["result"],
-                            succeeded=states.machines_succeeded(by_state),
-                            failed=states.machines_failed(by_state))
-            changed = unit.session.execute(update(models.Migration).where(
-                models.Migration.id == migration_id, models.Migration.state == old).values(
-                **values)).rowcount
-            if changed:
-                unit.event("migration.state",
-                           f"{old} -> {states.describe(dict(data, state=new))}: "
-                           f"{message or reason}",
-                           migration_id=migration_id, data=data)
-        if changed:
-            LOG.info("migration %s: %s -> %s: %s", migration_id, old, new, reason)
-            self.services.hooks.notify("metalboot_migration_state_changed",
-                                       migration=mig.get(self.services, migration_id),
-                                       old=old, new=new)
-        return bool(changed)
 
     # -- drift -------------------------------------------------------------------
     def _drift_loop(self):
@@ -453,35 +398,3 @@ class Conductor:
                 self.check_drift()
             except Exception:
                 LOG.exception("drift check failed")
-
-    def check_drift(self):
-        """Ask each machine at rest whether it is still set up for its interface."""
-        with self.services.db.read() as s:
-            machines = s.execute(select(models.Machine.id, models.Machine.boot_interface,
-                                        models.Machine.drift)
-                                 .where(models.Machine.state == "ready")).all()
-        # A pool of its own: drift checks of a whole fleet must not queue ahead of
-        # migration steps in the workers' pool.
-        with concurrent.futures.ThreadPoolExecutor(
-                max_workers=min(8, self.conf.conductor.workers),
-                thread_name_prefix="conductor-drift") as pool:
-            checks = [pool.submit(self._check_one, m.id, m.boot_interface, m.drift)
-                      for m in machines if m.boot_interface in self.services.interfaces]
-        return sum(1 for c in checks if c.result())
-
-    def _check_one(self, machine_id, interface, previous):
-        iface = self.services.interfaces.get(interface)
-        try:
-            drift = list(iface.check_drift(self.services.task(machine_id, interface)))
-        except Exception as exc:
-            drift = [f"drift check failed: {type(exc).__name__}: {exc}"]
-        now = models.utcnow()
-        with self.services.transactions.now() as unit:
-            unit.session.execute(update(models.Machine).where(models.Machine.id == machine_id)
-                                 .values(drift=drift or None, drift_checked_at=now))
-            if (drift or None) != previous:
-                unit.event("machine.drift",
-                           "drift: " + "; ".join(drift) if drift else "drift resolved",
-                           machine_id=machine_id, data={"interface": interface,
-                                                        "drift": drift})
-        return bool(drift)

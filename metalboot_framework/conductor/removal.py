@@ -14,20 +14,21 @@ from sqlalchemy import bindparam, update
 
 from metalboot_framework import inventory
 from metalboot_framework.conductor.at_rest import MachineWork
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.conductor.plugin_call import call_step
 from metalboot_framework.store import models
 
 LOG = logging.getLogger(__name__)
 
 _M = models.Machine.__table__
-FAILED = update(_M).where(_M.c.id == bindparam("mid"), _M.c.state == "deleting") \
-    .values(state="error", last_error=bindparam("error"), updated_at=bindparam("now"))
+FAILED = update(_M).where(_M.c.id == bindparam("mid"), _M.c.state == State.DELETING) \
+    .values(state=State.ERROR.value, last_error=bindparam("error"), updated_at=bindparam("now"))
 
 
 class Remover(MachineWork):
     """Removes one machine at a time; any number of them run in the worker pool."""
 
-    state = "deleting"
+    state = State.DELETING.value
 
     def run(self, machine_id):
         """Clean up and forget the machine if it is still deleting and unlocked;
@@ -36,7 +37,12 @@ class Remover(MachineWork):
         claimed = self.claim(machine_id)
         if claimed is None:
             return None
-        machine, partition = claimed
+        lock, machine, partition = claimed
+        with lock:
+            return self._remove(lock, machine, partition)
+
+    def _remove(self, lock, machine, partition):
+        machine_id = machine.id
         view = inventory.get_machine(self.services, machine_id)
         interface = machine.prepared_interface
         error = self._clean_up(machine, partition, interface)
@@ -50,9 +56,10 @@ class Remover(MachineWork):
                 unit.event("machine.deletion_failed", f"deletion failed: {error}",
                            machine_id=machine_id,
                            data={"prepared_interface": interface, "error": error})
-                self.release(unit.session, machine_id)
+                lock.release_in(unit.session)
 
         self.services.transactions.grouped(finish).result()
+        lock.dropped()  # released, or gone with the machine's row
         if error is not None:
             LOG.warning("machine %s: deletion failed: %s", machine_id, error,
                         extra={"machine_id": machine_id})

@@ -6,6 +6,7 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, ForeignKey, Index,
                         Integer, String, Text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from metalboot_framework.machine_lifecycle import State
 from metalboot_framework.machine_steps import Step
 
 
@@ -54,7 +55,7 @@ class Machine(Base):
     bmc_verify_tls: Mapped[bool] = mapped_column(Boolean, default=True)
     boot_interface: Mapped[str] = mapped_column(String(64), index=True)
     boot_mode: Mapped[str] = mapped_column(String(8), default="uefi")
-    state: Mapped[str] = mapped_column(String(32), default="enrolling", index=True)
+    state: Mapped[str] = mapped_column(String(32), default=State.ENROLLING.value, index=True)
     # The interface the machine's DHCP entries / BMC settings were last prepared
     # for; differs from boot_interface until the conductor has enrolled it.
     prepared_interface: Mapped[str | None] = mapped_column(String(64))

@@ -61,7 +61,7 @@ def test_evidence_committed_before_the_wait_ends_it(services, watcher):
     activated = models.utcnow() - datetime.timedelta(seconds=5)
     found = record(services, IDS[0])
     ended = start_wait(services, watcher, job(IDS[0], activated), 30).result(10)
-    assert ended[0] == "verifying" and ended[3] == found
+    assert ended[0] == "evidence" and ended[3] == found
     assert ended[1] == "boot evidence: report of  from 127.0.0.1"
 
 
@@ -74,7 +74,7 @@ def test_evidence_committed_while_waiting_ends_the_wait(services, watcher):
     assert not waiting.done()
     found = record(services, IDS[0])
     ended = waiting.result(10)
-    assert ended[0] == "verifying" and ended[3] == found
+    assert ended[0] == "evidence" and ended[3] == found
 
 
 def test_no_evidence_since_the_activation_times_out(services, watcher):
@@ -82,7 +82,7 @@ def test_no_evidence_since_the_activation_times_out(services, watcher):
     record(services, IDS[0], interface="fake")  # through the source: does not count
     started = time.monotonic()
     ended = start_wait(services, watcher, job(IDS[0]), 1).result(10)
-    assert ended == ("rolling_back", "no boot evidence through fake-alt within 1 s",
+    assert ended == ("boot_timeout", "no boot evidence through fake-alt within 1 s",
                      "no boot evidence through fake-alt within 1 s", None)
     assert time.monotonic() - started >= 0.95
 
@@ -93,9 +93,9 @@ def test_a_wait_resumed_after_its_deadline_finds_the_evidence_first(services, wa
     activated = models.utcnow() - datetime.timedelta(seconds=120)
     found = record(services, IDS[0], ago=30)
     ended = start_wait(services, watcher, job(IDS[0], activated), 60, due_in=-5).result(10)
-    assert ended[0] == "verifying" and ended[3] == found
+    assert ended[0] == "evidence" and ended[3] == found
     late = start_wait(services, watcher, job(IDS[1], activated), 60, due_in=-5).result(10)
-    assert late[0] == "rolling_back"
+    assert late[0] == "boot_timeout"
 
 
 def test_evidence_committed_out_of_id_order_is_found_by_the_backstop(services, watcher):
@@ -106,13 +106,13 @@ def test_evidence_committed_out_of_id_order_is_found_by_the_backstop(services, w
     time.sleep(0.1)  # the cursor is at 1000
     found = record(services, IDS[0], id_=500)
     ended = waiting.result(10)
-    assert ended[0] == "verifying" and ended[3] == found == 500
+    assert ended[0] == "evidence" and ended[3] == found == 500
 
 
 def test_a_report_is_required_when_the_migration_says_so(services, watcher):
     record(services, IDS[0], kind="fetch")
     ended = start_wait(services, watcher, job(IDS[0], require_boot_report=True), 0.3)
-    assert ended.result(10)[0] == "rolling_back"
+    assert ended.result(10)[0] == "boot_timeout"
 
 
 def test_a_wake_ends_the_waits_of_one_migration_without_a_result(services, watcher):

@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 
 from metalboot_framework.conductor import machine_lock
 from metalboot_framework.store import models
+from tests.source_rules import breaches
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "metalboot_framework"
@@ -60,6 +61,48 @@ def test_only_the_lock_module_writes_the_lock_columns():
     found = {str(p.relative_to(ROOT)): lines for p in modules
              if (lines := lock_writes(p.read_text()))}
     assert found == {}, "write the lock through conductor/machine_lock.py"
+
+
+STORE = PACKAGE / "store"
+LOCK_MODULE = PACKAGE / "conductor" / "machine_lock.py"
+
+
+def lock_column_names(source):
+    """Line numbers of ``source`` that name a lock column in code: a name, an
+    attribute, a keyword argument or a string of that name (prose that speaks
+    of a DHCP reservation is left alone)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        name = (node.id if isinstance(node, ast.Name) else
+                node.attr if isinstance(node, ast.Attribute) else
+                node.arg if isinstance(node, ast.keyword) else
+                node.value if isinstance(node, ast.Constant) else None)
+        if name in LOCK_COLUMNS:
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_only_the_lock_module_and_the_store_name_the_lock_columns():
+    """Who holds a machine, and the condition "nobody does", are asked of
+    machine_lock (``holder``, ``unlocked``): no other module filters on the
+    columns itself."""
+    found = breaches(lock_column_names, allowed=[LOCK_MODULE], allowed_dirs=[STORE])
+    assert found == {}, "ask conductor/machine_lock.py (unlocked(), holder())"
+
+
+@pytest.mark.parametrize("source", [
+    "select(M.id).where(M.reservation.is_(None))",
+    "_M.c.reserved_at < before",
+    "view = {'reservation': None}",
+    "getattr(m, 'reserved_at')",
+    "f(reservation=None)",
+])
+def test_the_name_check_sees_each_form(source):
+    assert lock_column_names(source) == [1]
+
+
+def test_the_name_check_lets_prose_be():
+    assert lock_column_names('"""Each DHCP reservation of a NIC."""\nx = "a reservation"') == []
 
 
 @pytest.mark.parametrize("source", [
@@ -212,3 +255,53 @@ def test_only_old_locks_on_machines_no_worker_runs_are_leaked(db):
         assert machine_lock.release_leaked(conn, "conductor-a", before, []) == [IDS[1]]
     assert holders(db) == {IDS[0]: None, IDS[1]: None, IDS[2]: "conductor-a",
                            IDS[3]: "conductor-b", IDS[4]: None, IDS[5]: None}
+
+
+def test_unlocked_and_holder_tell_who_holds_a_machine(db):
+    set_holder(db, IDS[:2], "conductor-a")
+    with db.read_conn() as conn:
+        free = set(conn.execute(select(models.Machine.id).where(
+            machine_lock.unlocked())).scalars())
+        rows = {row.id: row for row in conn.execute(select(models.Machine.__table__))}
+    assert free == set(IDS[2:])
+    assert machine_lock.holder(rows[IDS[0]])[0] == "conductor-a"
+    assert machine_lock.holder(rows[IDS[2]]) is None
+
+
+def test_a_held_lock_is_released_when_its_work_ends_even_by_an_error(services, db):
+    with db.write_conn() as conn:
+        lock = machine_lock.Held.take_in_state(conn, services, IDS[0], "enrolling",
+                                               "conductor-a")
+        assert machine_lock.Held.take_in_state(conn, services, IDS[0], "enrolling",
+                                               "conductor-b") is None
+    assert holders(db)[IDS[0]] == "conductor-a"
+    with pytest.raises(RuntimeError), lock:
+        raise RuntimeError("the work failed")
+    assert holders(db)[IDS[0]] is None and not lock.held
+
+
+def test_a_lock_dropped_with_the_works_last_write_is_not_released_again(services, db):
+    with db.write_conn() as conn:
+        lock = machine_lock.Held.take_in_state(conn, services, IDS[0], "enrolling",
+                                               "conductor-a")
+    with lock:
+        with db.write_conn() as conn:
+            lock.release_in(conn)
+        lock.dropped()
+        # taken again by the same conductor for other work: not this block's to release
+        with db.write_conn() as conn:
+            assert machine_lock.take(conn, [IDS[0]], "conductor-a") == [IDS[0]]
+    assert holders(db)[IDS[0]] == "conductor-a"
+
+
+def test_a_held_lock_is_released_by_a_coroutine_leaving_its_block(services, db):
+    with db.write_conn() as conn:
+        lock = machine_lock.Held.take_in_state(conn, services, IDS[0], "enrolling",
+                                               "conductor-a")
+
+    async def work():
+        async with lock:
+            assert holders(db)[IDS[0]] == "conductor-a"
+
+    services.step_loop.run(work())
+    assert holders(db)[IDS[0]] is None

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from metalboot_framework import machine_steps
-from metalboot_framework.conductor.steps import Transition
+from metalboot_framework.machine_steps import Event, Lock, Step, Write
 
 
 def test_every_step_is_reached_and_only_ends_have_no_way_out():
@@ -46,14 +46,54 @@ def test_the_runner_makes_each_forward_call_the_table_names():
 @pytest.mark.parametrize("old,new", [("done", "queued"), ("queued", "done"),
                                      ("awaiting_boot", "done"), ("rolled_back", "rolling_back"),
                                      ("validating", "nonsense")])
-def test_the_runner_refuses_a_move_that_is_not_in_the_table(old, new):
+def test_a_move_that_is_not_in_the_table_is_refused(old, new):
     with pytest.raises(machine_steps.IllegalTransition, match=f"{old} -> {new}"):
-        Transition("mig", "m1", old, new, "reason")
+        machine_steps.check(old, new)
 
 
-def test_every_move_in_the_table_is_accepted():
+@pytest.mark.parametrize("step,event", [("done", "started"), ("rolling_back", "cancelled"),
+                                        ("queued", "evidence"), ("verifying", "vetoed")])
+def test_an_event_a_step_cannot_meet_has_no_row(step, event):
+    assert machine_steps.find(step, event) is None
+    with pytest.raises(machine_steps.IllegalTransition, match=f"in {step} cannot meet {event}"):
+        machine_steps.on(step, event)
+
+
+def test_each_event_names_one_row_and_a_takeover_its_own_where_it_differs():
+    keys = [(t.old, t.on, t.taken_over) for t in machine_steps.TRANSITIONS]
+    assert len(keys) == len(set(keys))
+    assert machine_steps.on("validating", "step_failed").new == Step.ROLLED_BACK
+    assert machine_steps.on("validating", "step_failed", taken_over=True).new == \
+        Step.ROLLING_BACK
+    assert machine_steps.on("validating", "vetoed").new == Step.SKIPPED
+    assert machine_steps.on("validating", "vetoed", taken_over=True).new == Step.ROLLING_BACK
+    # a machine taken over in preparing may have been activated: its rollback resets it
+    assert Write.ACTIVATED_AT in machine_steps.on("preparing", "cancelled", True).writes
+    assert Write.ACTIVATED_AT not in machine_steps.on("preparing", "cancelled").writes
+    # where the takeover has no row of its own, the machine's applies
+    assert machine_steps.on("verifying", "step_failed", True) is \
+        machine_steps.on("verifying", "step_failed")
+
+
+def test_the_columns_agree_with_the_groups_of_steps():
+    """The lock is released exactly with the moves that end the machine's work,
+    and the ends are what the runner's coroutine stops at."""
     for t in machine_steps.TRANSITIONS:
-        assert Transition("mig", "m1", t.old.value, t.new.value, "reason").new == t.new
+        ended = t.new.value in machine_steps.FINISHED
+        assert (Write.FINISHED in t.writes) == ended, t
+        assert machine_steps.goes_on(t.new.value) == (not ended), t
+        if t.old == Step.QUEUED:
+            assert t.lock in (Lock.TAKEN, Lock.NOT_HELD), t
+        else:
+            assert (t.lock is Lock.RELEASED) == ended, t
+        assert (Write.AT_REST in t.writes) == (t.new.value in machine_steps.AT_REST), t
+    # the moves of one pair of steps are written alike, but for a takeover's own rows
+    writes = {}
+    for t in machine_steps.TRANSITIONS:
+        if not t.taken_over:
+            assert writes.setdefault((t.old, t.new), t.writes) == t.writes, t
+    events = {t.on for t in machine_steps.TRANSITIONS}
+    assert events == set(Event)
 
 
 def test_api_cli_and_boot_server_take_their_steps_from_the_table():

@@ -294,7 +294,7 @@ def test_canaries_skipped_at_once_are_replaced_by_different_machines(tmp_path, d
     import threading
     import time
 
-    from metalboot_framework.conductor.steps import StepRunner
+    from metalboot_framework.conductor import canaries
 
     db = Database(database_url or f"sqlite:///{tmp_path}/m.sqlite")
     db.upgrade()
@@ -315,11 +315,11 @@ def test_canaries_skipped_at_once_are_replaced_by_different_machines(tmp_path, d
                 conn.execute(mmt.update().where(mmt.c.machine_id == machine_id)
                              .values(state="skipped"))
                 second_started.set()
-                replaced.update(StepRunner._replace_canaries(conn, "g", [machine_id]))
+                replaced.update(canaries.replace(conn, "g", [machine_id]))
 
         with db.write_conn() as conn:
             conn.execute(mmt.update().where(mmt.c.machine_id == "m0").values(state="skipped"))
-            replaced.update(StepRunner._replace_canaries(conn, "g", ["m0"]))
+            replaced.update(canaries.replace(conn, "g", ["m0"]))
             other = threading.Thread(target=skip, args=("m1",))
             other.start()
             if database_url:  # PostgreSQL: it chooses while this one holds its choice
