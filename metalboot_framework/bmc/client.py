@@ -463,14 +463,18 @@ class BmcClient:
 
         The first attempt takes the document of a recent read (see
         :meth:`recent_system`) instead of reading it again; retries read anew.
-        (A PATCH whose If-Match ETag is no longer current gets a 412, on which
-        sushy's connector sends it again without the ETag.)
+        A PATCH whose If-Match ETag is no longer current (412: someone changed
+        the resource since the read) is never sent again without it: ``apply``
+        runs again on what the BMC holds now, so that it decides anew what to
+        write (or refuses) and sends the fresh ETag.
         """
         attempts = [0]
 
         def attempt(conn):
             attempts[0] += 1
-            return apply(conn, self.system_document(conn, BOOT if attempts[0] == 1 else None))
+            return retry_stale_etag(
+                lambda fresh: apply(conn, self.system_document(
+                    conn, BOOT if attempts[0] == 1 and not fresh else None)))
 
         return self.run(operation, attempt)
 
@@ -555,6 +559,24 @@ class BmcClient:
         from sushy.resources.system import system as system_mod
         doc = self.recent_system(reuse) if reuse else None
         return self.sushy_resource(conn, system_mod.System, self.system_path(conn), doc)
+
+
+#: How often a change is read and sent again when every PATCH meets a newer
+#: ETag (a resource that someone else keeps changing).
+STALE_ETAG_ATTEMPTS = 3
+
+
+def retry_stale_etag(change):
+    """``change(fresh)``, again with ``fresh=True`` after a 412: the caller
+    reads the resource anew and decides again whether and what to write."""
+    for attempt in range(STALE_ETAG_ATTEMPTS):
+        try:
+            return change(attempt > 0)
+        except sushy.exceptions.HTTPError as exc:
+            if not connection_mod.is_stale_etag(exc) or attempt + 1 == STALE_ETAG_ATTEMPTS:
+                raise
+            LOG.info("PATCH answered 412 (%s): the resource changed since it was read; "
+                     "reading it again", redact.scrub(exc))
 
 
 class ContinuousRefused(BmcUnsupported):

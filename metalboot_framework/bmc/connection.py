@@ -64,6 +64,25 @@ class SingleShotConnector(sushy_connector.Connector):
     def check_retry_on_exception(self, exception_msg):
         return False  # our retry policy (and the quirk table) decides
 
+    def patch(self, path="", data=None, headers=None, etag=None, blocking=False,
+              timeout=None, **kwargs):
+        """One PATCH, with ``If-Match: etag`` when given. sushy's own answer to
+        a 412 (send it again without If-Match) would overwrite what changed
+        since the read, and a BMC that requires the header (Lenovo XCC: 428)
+        refuses it: the caller reads the resource again instead (see
+        :func:`is_stale_etag`)."""
+        headers = dict(headers or {})
+        if etag:
+            headers["If-Match"] = etag
+        return self._op("PATCH", path, data=data, headers=headers, blocking=blocking,
+                        timeout=timeout, **kwargs)
+
+
+def is_stale_etag(exc):
+    """The BMC answered 412: the resource changed since the read whose ETag
+    the PATCH carried (RFC 9110 13.1.1)."""
+    return isinstance(exc, sushy.exceptions.HTTPError) and exc.status_code == 412
+
 
 def base_url(address):
     """``https://host[:port]`` from a BMC address (bare host defaults to https).
