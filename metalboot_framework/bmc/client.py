@@ -92,6 +92,20 @@ class BootState:
     manufacturer: Optional[str]
     model: Optional[str]
     quirks: quirks_mod.Quirks
+    #: The Boot section staged in the system's settings object (applied at
+    #: the next reset: iDRAC10), when read (``boot_state(pending_boot=True)``);
+    #: {} where nothing is staged or the system has no settings object.
+    pending_boot: Mapping = dataclasses.field(default_factory=dict)
+    #: Where that Boot is staged (the settings object's path), or None.
+    pending_boot_path: Optional[str] = None
+
+    @property
+    def pending_override(self):
+        """(target, enabled) of an override staged for the next reset, or None."""
+        enabled = self.pending_boot.get("BootSourceOverrideEnabled")
+        if enabled in (None, "Disabled"):
+            return None
+        return self.pending_boot.get("BootSourceOverrideTarget", self.target), enabled
 
 
 class BmcClient:
@@ -324,7 +338,26 @@ class BmcClient:
         the BMC's connection (GENERIC if none)."""
         return self._remembered_quirks() or quirks_mod.GENERIC
 
-    def boot_state(self, http_boot_uri=False, pending=True, reuse=False):
+    def settings_path(self, conn, system):
+        """The system's settings object (DSP0266 "Settings") that takes its Boot
+        changes, or None (none advertised, or it refused Boot before)."""
+        settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
+            .get("@odata.id")
+        return settings if settings and not self.fact(conn, "boot via system") else None
+
+    def read_pending_boot(self, conn, system):
+        """(settings object Document or None, its Boot section)."""
+        path = self.settings_path(conn, system)
+        if path is None:
+            return None, {}
+        try:
+            doc = self.read(conn, path)
+        except sushy.exceptions.ResourceNotFoundError:
+            return None, {}
+        boot = doc.data.get("Boot") if isinstance(doc.data, dict) else None
+        return doc, boot or {}
+
+    def boot_state(self, http_boot_uri=False, pending=True, reuse=False, pending_boot=False):
         """Read the system's boot override and power state; with
         ``http_boot_uri``, also where the UEFI HTTP boot URI is kept and its
         value. Without it the BIOS is not read (two GETs saved on BMCs that keep
@@ -332,7 +365,9 @@ class BmcClient:
         ``Boot.HttpBootUri``. ``pending=False``: the BIOS's pending settings
         are not read (``http_boot_uri_next`` is then the current value).
         ``reuse``: the system as this client read it moments ago, if it has
-        not changed its Boot since (see :meth:`recent_system`)."""
+        not changed its Boot since (see :meth:`recent_system`).
+        ``pending_boot``: also the Boot staged in the system's settings object
+        (one more GET where the system advertises one)."""
         def read(conn):
             system, _ = self.system_json(conn, reuse=BOOT if reuse else None)
             boot = system.get("Boot") or {}
@@ -340,6 +375,10 @@ class BmcClient:
                 place = bios_mod.find(self, conn, system, read_pending=pending)
             else:
                 place = bios_mod.UriPlace(None)
+            staged, staged_path = {}, None
+            if pending_boot:
+                doc, staged = self.read_pending_boot(conn, system)
+                staged_path = doc.path if doc is not None else None
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             return BootState(
                 target=boot.get("BootSourceOverrideTarget"),
@@ -350,7 +389,7 @@ class BmcClient:
                 allowed_targets=tuple(allowed) if allowed is not None else None,
                 power_state=system.get("PowerState"),
                 manufacturer=system.get("Manufacturer"), model=system.get("Model"),
-                quirks=self._quirks)
+                quirks=self._quirks, pending_boot=staged, pending_boot_path=staged_path)
         return self.run("read Boot (BootSourceOverrideTarget, HttpBootUri)", read)
 
     def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None):
@@ -438,18 +477,18 @@ class BmcClient:
 
         return self.run_on_system(operation, apply)
 
-    def _patch_boot(self, conn, system, body, etag):
+    def _patch_boot(self, conn, system, body, etag, settings_doc=None):
         """PATCH ``{"Boot": body}``: where the system advertises a
         @Redfish.Settings object, to that object, applied by the BMC at the
         next reset (iDRAC10 refuses Boot on the system as read-only; sushy
         writes Boot there too), and to the system itself if the object refuses
-        Boot; else to the system."""
-        settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
-            .get("@odata.id")
-        if settings and not self.fact(conn, "boot via system"):
+        Boot; else to the system. ``settings_doc``: that object as just read."""
+        settings = self.settings_path(conn, system)
+        if settings:
             try:
+                document = settings_doc or self.read(conn, settings)
                 return conn.connector.patch(settings, data={"Boot": body},
-                                            etag=self.read(conn, settings).etag)
+                                            etag=document.etag)
             except sushy.exceptions.BadRequestError as exc:
                 text = f"{exc.code} {exc.detail} {exc.extended_info}"
                 if not ("PropertyUnknown" in text or "PropertyNotWritable" in text
@@ -506,9 +545,12 @@ class BmcClient:
         def clear(conn, doc):
             cleared = []
             system, etag = doc.data, doc.etag
-            boot = system.get("Boot") or {}
             quirks = self._quirks
             body = {}
+            # what the next reset applies: the Boot staged in the settings
+            # object (a reset that failed leaves it there) over the current one
+            settings_doc, staged = self.read_pending_boot(conn, system)
+            boot = dict(system.get("Boot") or {}, **staged)
             target = boot.get("BootSourceOverrideTarget")
             enabled = boot.get("BootSourceOverrideEnabled")
             ours = only_targets is None or target in only_targets
@@ -517,7 +559,9 @@ class BmcClient:
                 if quirks.full_boot_request:
                     body["BootSourceOverrideTarget"] = target or "None"
                     body["BootSourceOverrideMode"] = boot.get("BootSourceOverrideMode") or "UEFI"
-                cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target})")
+                cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target}"
+                               + (f", staged in {settings_doc.path})"
+                                  if staged.get("BootSourceOverrideEnabled") else ")"))
             if clear_http_boot_uri:
                 place = bios_mod.find(self, conn, system)
                 if place.location == bios_mod.BOOT_URI and place.current is not None:
@@ -531,7 +575,7 @@ class BmcClient:
                         cleared.append(f"{place.location}={place.next or place.current}")
             if body:
                 self.changed(BOOT)
-                self._patch_boot(conn, system, body, etag)
+                self._patch_boot(conn, system, body, etag, settings_doc)
             return cleared
 
         result = self.run_on_system(operation, clear)

@@ -64,6 +64,19 @@ class RedfishBootInterface(BootInterface):
                 f"(metalboot does not switch boot modes)"]}
         return {}
 
+    @staticmethod
+    def staged_override_drift(state, targets):
+        """Drift of an override staged in the system's settings object for the
+        next reset (a reset that failed leaves one there) whose target is not
+        one of ``targets``: the machine would boot it, though nothing shows in
+        the system's Boot."""
+        staged = state.pending_override
+        if staged is None or staged[0] in targets:
+            return []
+        return [f"BootSourceOverrideTarget {staged[0]} (Enabled {staged[1]}) is staged in "
+                f"{state.pending_boot_path} for the next reset, expected "
+                f"{' or '.join(targets)}"]
+
     # -- the operator's own boot override -------------------------------------
     def remember_override(self, task, client, state=None):
         """In activate, from the read that precedes the override's PATCH:

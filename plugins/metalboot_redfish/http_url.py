@@ -117,8 +117,10 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         return None
 
     def check_drift(self, task):
-        # drift is what the firmware uses now: the current attributes only
-        state = self.client(task).boot_state(http_boot_uri=True, pending=False)
+        # drift is what the firmware uses now: the current attributes only,
+        # and the override the next reset applies
+        state = self.client(task).boot_state(http_boot_uri=True, pending=False,
+                                             pending_boot=True)
         expected = self.expected_uri(task)
         drift = []
         if state.http_boot_uri != expected:
@@ -130,7 +132,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         if state.enabled in base.OVERRIDE_ACTIVE and state.target == TARGET \
                 and state.mode not in (None, "UEFI"):
             drift.append(f"BootSourceOverrideMode is {state.mode}, expected UEFI")
-        return drift
+        return drift + self.staged_override_drift(state, (TARGET,))
 
     def clean_up(self, task):
         if not task.machine.bmc or not task.machine.bmc.address:

@@ -117,7 +117,8 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         client = self.client(task)
         expected = self.iso_url(task.services, task.partition)
         drift = []
-        state = client.boot_state()  # first: finding the media reuses this read
+        # first: finding the media reuses this read
+        state = client.boot_state(pending_boot=True)
         devices = media.devices(client)
         if not any(d.holds(expected) for d in devices):
             held = [f"{d.id}: {d.image}" for d in devices if d.has_media]
@@ -126,7 +127,7 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         if state.enabled in base.OVERRIDE_ACTIVE and state.target not in CD_TARGETS:
             drift.append(f"BootSourceOverrideTarget is {state.target} (Enabled "
                          f"{state.enabled}), expected Cd")
-        return drift
+        return drift + self.staged_override_drift(state, CD_TARGETS)
 
     def clean_up(self, task):
         if not task.machine.bmc or not task.machine.bmc.address:

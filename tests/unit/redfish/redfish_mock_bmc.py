@@ -488,6 +488,10 @@ class MockRedfishBmc:
         if self.pending_system:
             merge(self.docs[self.system_path], self.pending_system)
             self.pending_system = {}
+            # applied: the settings object no longer holds it (as with BIOS below)
+            settings = normalise(((self.docs[self.system_path].get("@Redfish.Settings")
+                                   or {}).get("SettingsObject") or {}).get("@odata.id") or "-")
+            self.docs.get(settings, {}).pop("Boot", None)
         for path, doc in list(self.docs.items()):
             if not is_bios_settings(path):
                 continue
