@@ -162,6 +162,16 @@ def insertable_cds(found):
     return [d for d in found if d.is_cd and d.can_insert]
 
 
+def insert_order(client, found):
+    """:func:`insertable_cds` of ``found`` in the order an insert tries them:
+    a vendor rule's slot first, where the manager's model (read by validate
+    on this connection) calls for one (no refused insert on iDRAC10), then
+    as the BMC lists them."""
+    first = quirks_mod.virtual_media_slots(client.quirks_known(),
+                                           client.remembered("manager model")) or ()
+    return sorted(insertable_cds(found), key=lambda d: d.id not in first)
+
+
 def read_device(client, device):
     return client.run(f"read VirtualMedia {device.id}",
                       lambda conn: _device(client, conn, device.path))
@@ -281,12 +291,7 @@ def insert_cd(client, image_url, found=None):
     ``found``: the devices as :func:`devices` read them (read here otherwise).
     """
     found = devices(client) if found is None else found
-    cds = insertable_cds(found)
-    # a vendor rule's slot first, where the manager's model (read by validate
-    # on this connection) calls for one: no refused insert on iDRAC10
-    first = quirks_mod.virtual_media_slots(client.quirks_known(),
-                                           client.remembered("manager model")) or ()
-    cds.sort(key=lambda d: d.id not in first)
+    cds = insert_order(client, found)
     if not cds:
         raise BmcUnsupported(
             f"{client.where}: no VirtualMedia device takes a CD or DVD with InsertMedia "

@@ -97,13 +97,19 @@ class RedfishBootInterface(BootInterface):
                           f"clean-up", override=found)
         return found
 
+    @staticmethod
+    def found(task, kind, key):
+        """``key`` of the newest ``kind`` event recorded since this interface's
+        last clean-up (what activate found of the operator's), or None."""
+        last = task.last_event(kind, "clean_up")
+        if last is None or last[0] != task.event_kind(kind):
+            return None
+        return last[1].get(key)
+
     def found_override(self, task):
         """The override :meth:`remember_override` recorded since this
         interface's last clean-up, or None."""
-        last = task.last_event("found_override", "clean_up")
-        if last is None or last[0] != task.event_kind("found_override"):
-            return None
-        return last[1].get("override")
+        return self.found(task, "found_override", "override")
 
     def restore_override(self, task, client):
         """In clean_up, after ours is cleared: put back the override found in

@@ -50,10 +50,14 @@ def activated(services, vendor_bmc, vendor, interface, boot=None, before=None):
     bmc.boot.update(boot or {})
     if before is not None:
         before(bmc)
-    svc = services()
-    task = task_for(svc, bmc, interface)
-    iface = plugin(svc, interface)
+    task, iface = machine_on(services, bmc, interface)
     iface.validate(task)
     iface.prepare(task)
     iface.activate(task)
     return bmc, task, iface
+
+
+def machine_on(services, bmc, interface):
+    """(task, interface) of a new machine on ``bmc`` (new Services)."""
+    svc = services()
+    return task_for(svc, bmc, interface), plugin(svc, interface)
