@@ -392,7 +392,8 @@ class BmcClient:
                 quirks=self._quirks, pending_boot=staged, pending_boot_path=staged_path)
         return self.run("read Boot (BootSourceOverrideTarget, HttpBootUri)", read)
 
-    def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None):
+    def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None,
+                          on_bios_change=None):
         """Set the next boot's target (and UEFI HTTP boot URI).
 
         Follows the quirk table: full requests for AMI/ASRock, Enabled always
@@ -400,21 +401,25 @@ class BmcClient:
         attribute where Boot.HttpBootUri is absent (Dell, Lenovo). A BMC that
         refuses ``Continuous`` gets ``Once``, re-applied before each reset by
         :func:`metalboot_framework.bmc.power.reset`.
+        ``on_bios_change(previous)``: called before BIOS attributes are staged,
+        with the value the next boot would have used of each one changed, so
+        that the caller can record them (and put them back).
         """
         if enabled == "Continuous":
             try:
-                return self._set_boot_override(target, "Continuous", mode, http_boot_uri)
+                return self._set_boot_override(target, "Continuous", mode, http_boot_uri,
+                                               on_bios_change)
             except ContinuousRefused:
                 LOG.warning("BMC %s system %s refuses BootSourceOverrideEnabled=Continuous; "
                             "setting Once, re-applied before each reset", self.address,
                             self.system_label)
-                self._set_boot_override(target, "Once", mode, http_boot_uri)
+                self._set_boot_override(target, "Once", mode, http_boot_uri, on_bios_change)
                 with _REAPPLY_LOCK:
                     _REAPPLY[(self.url, self._path)] = (target, mode, http_boot_uri)
                 return "Once"
-        return self._set_boot_override(target, enabled, mode, http_boot_uri)
+        return self._set_boot_override(target, enabled, mode, http_boot_uri, on_bios_change)
 
-    def _set_boot_override(self, target, enabled, mode, http_boot_uri):
+    def _set_boot_override(self, target, enabled, mode, http_boot_uri, on_bios_change=None):
         operation = (f"PATCH Boot.BootSourceOverrideTarget={target}"
                      + (f", Boot.HttpBootUri={http_boot_uri}" if http_boot_uri else ""))
         # Read quirks first, so the retry policy knows about POST refusals.
@@ -455,6 +460,8 @@ class BmcClient:
                 elif place.location:
                     change = bios_mod.uri_change(self, place, http_boot_uri)
                     if change:
+                        if on_bios_change is not None:
+                            on_bios_change({name: place.next_value(name) for name in change})
                         self.changed(BOOT)
                         bios_mod.stage(self, conn, place, change, system)
                 else:
@@ -533,11 +540,17 @@ class BmcClient:
                 f"{connection_mod.ROOT_PREFIX}Systems/{self.system_id}"
         return None
 
-    def clear_boot_override(self, only_targets=None, clear_http_boot_uri=True):
+    def clear_boot_override(self, only_targets=None, clear_http_boot_uri=True,
+                            bios_before=None, restore=None):
         """Disable the boot override and clear the HTTP boot URI explicitly.
 
         ``only_targets``: leave an override alone whose target is not one of
-        these (someone else's). Returns a list of what was cleared.
+        these (someone else's). ``bios_before``: where the URI is kept in BIOS
+        attributes, the values to stage instead of an empty URI (those
+        ``set_boot_override`` reported to ``on_bios_change``). ``restore``:
+        the override as found before ours (``{"target", "enabled", "mode"}``),
+        put back in the same PATCH unless someone else's is active now.
+        Returns a list of what was cleared and restored.
         """
         operation = "PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)"
         self.quirks(operation)
@@ -554,7 +567,8 @@ class BmcClient:
             target = boot.get("BootSourceOverrideTarget")
             enabled = boot.get("BootSourceOverrideEnabled")
             ours = only_targets is None or target in only_targets
-            if ours and enabled not in (None, "Disabled"):
+            active = enabled not in (None, "Disabled")
+            if ours and active:
                 body["BootSourceOverrideEnabled"] = "Disabled"
                 if quirks.full_boot_request:
                     body["BootSourceOverrideTarget"] = target or "None"
@@ -562,17 +576,23 @@ class BmcClient:
                 cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target}"
                                + (f", staged in {settings_doc.path})"
                                   if staged.get("BootSourceOverrideEnabled") else ")"))
+            if restore and (ours or not active):
+                body.update(_restore_body(boot, restore, cleared))
             if clear_http_boot_uri:
                 place = bios_mod.find(self, conn, system)
                 if place.location == bios_mod.BOOT_URI and place.current is not None:
                     body["HttpBootUri"] = None
                     cleared.append(f"HttpBootUri={place.current}")
-                elif place.attribute and (place.next or place.current):
-                    change = bios_mod.uri_change(self, place, None)
+                elif place.attribute and (place.next or place.current or bios_before):
+                    change = bios_mod.restore_change(place, bios_before) if bios_before \
+                        else bios_mod.uri_change(self, place, None)
                     if change:
                         self.changed(BOOT)
                         bios_mod.stage(self, conn, place, change, system)
-                        cleared.append(f"{place.location}={place.next or place.current}")
+                        cleared.append(
+                            f"{place.location}={place.next or place.current}" + (
+                                f" (staged as before: {', '.join(sorted(change))})"
+                                if bios_before else ""))
             if body:
                 self.changed(BOOT)
                 self._patch_boot(conn, system, body, etag, settings_doc)
@@ -603,6 +623,25 @@ class BmcClient:
         from sushy.resources.system import system as system_mod
         doc = self.recent_system(reuse) if reuse else None
         return self.sushy_resource(conn, system_mod.System, self.system_path(conn), doc)
+
+
+def _restore_body(boot, found, done):
+    """The Boot properties that put back the override ``found`` (all three,
+    as every vendor takes them), or {} where Boot has it already or no
+    longer allows its target; appends what it restores to ``done``."""
+    want = {"BootSourceOverrideTarget": found.get("target"),
+            "BootSourceOverrideEnabled": found.get("enabled") or "Disabled",
+            "BootSourceOverrideMode": found.get("mode") or boot.get("BootSourceOverrideMode")}
+    allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+    if not want["BootSourceOverrideTarget"] or (
+            allowed is not None and want["BootSourceOverrideTarget"] not in allowed):
+        return {}
+    if all(boot.get(k) == v for k, v in want.items() if v is not None):
+        return {}
+    done.append("restored BootSourceOverride " + " ".join(
+        str(want[k]) for k in ("BootSourceOverrideEnabled", "BootSourceOverrideTarget",
+                               "BootSourceOverrideMode")))
+    return {k: v for k, v in want.items() if v is not None}
 
 
 #: How often a change is read and sent again when every PATCH meets a newer

@@ -80,21 +80,22 @@ class RedfishBootInterface(BootInterface):
     # -- the operator's own boot override -------------------------------------
     def remember_override(self, task, client, state=None):
         """In activate, from the read that precedes the override's PATCH:
-        record an override someone else set (an operator's ``Continuous Hdd``)
-        as an event, so that clean_up can restore it. The event is committed
-        before the PATCH overwrites the override, so it survives a crash and
-        serves any conductor; prepare needs no read of its own. One to a
-        target of metalboot's Redfish interfaces is taken for theirs (the
-        interface a machine migrates from clears its own after this one took
-        over)."""
+        record the override as found (an operator's ``Continuous Hdd``, or a
+        disabled one's target and mode) as an event, so that clean_up can
+        restore it. The event is committed before the PATCH overwrites the
+        override, so it survives a crash and serves any conductor; prepare
+        needs no read of its own. One to a target of metalboot's Redfish
+        interfaces is taken for theirs (the interface a machine migrates from
+        clears its own after this one took over; a re-run activate finds its
+        own) and not recorded."""
         state = state or client.boot_state()
-        if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
+        if state.target in METALBOOT_TARGETS or not (state.target or state.enabled):
             return None
         found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
         task.record_event("found_override",
                           f"BMC {client.address} system {client.system_label}: found "
-                          f"BootSourceOverride {state.enabled} {state.target}; restored by "
-                          f"clean-up", override=found)
+                          f"BootSourceOverride {state.enabled} {state.target} "
+                          f"({state.mode}); restored by clean-up", override=found)
         return found
 
     @staticmethod
@@ -111,19 +112,18 @@ class RedfishBootInterface(BootInterface):
         interface's last clean-up, or None."""
         return self.found(task, "found_override", "override")
 
-    def restore_override(self, task, client):
-        """In clean_up, after ours is cleared: put back the override found in
-        activate, unless another one is active now (the next interface's)."""
-        found = self.found_override(task)
-        if not found:
-            return None
-        # the read of the clearing serves, unless that changed Boot
-        state = client.boot_state(reuse=True)
-        if state.enabled in OVERRIDE_ACTIVE:
-            return None
-        client.set_boot_override(found["target"], enabled=found["enabled"],
-                                 mode=found.get("mode") or state.mode)
-        return f"restored BootSourceOverride {found['enabled']} {found['target']}"
+    def remember_bios(self, task, client, previous):
+        """In activate, before BIOS attributes are staged (``previous``: the
+        value the next boot would have used of each): record them, so that
+        clean_up stages them again. The first value found since the last
+        clean-up wins: a re-run activate finds its own."""
+        found = self.found(task, "found_bios", "attributes") or {}
+        merged = dict(previous, **found)
+        if merged != found:
+            task.record_event("found_bios",
+                              f"BMC {client.address} system {client.system_label}: found BIOS "
+                              + ", ".join(f"{k}={v!r}" for k, v in sorted(merged.items()))
+                              + "; staged again by clean-up", attributes=merged)
 
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path

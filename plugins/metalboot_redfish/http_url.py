@@ -97,8 +97,9 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         uri = self.expected_uri(task)
         # the PATCH below reuses this read of the system
         self.remember_override(task, client)
-        enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
-                                           http_boot_uri=uri)
+        enabled = client.set_boot_override(
+            TARGET, enabled="Once", mode="UEFI", http_boot_uri=uri,
+            on_bios_change=lambda previous: self.remember_bios(task, client, previous))
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"BootSourceOverrideTarget=UefiHttp, Enabled={enabled}, Mode=UEFI, "
@@ -138,9 +139,10 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         if not task.machine.bmc or not task.machine.bmc.address:
             return
         client = self.client(task)
-        cleared = client.clear_boot_override(only_targets=(TARGET,), clear_http_boot_uri=True)
-        restored = self.restore_override(task, client)
+        cleared = client.clear_boot_override(
+            only_targets=(TARGET,), clear_http_boot_uri=True,
+            bios_before=self.found(task, "found_bios", "attributes"),
+            restore=self.found_override(task))
         task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: cleared "
-                          + (", ".join(cleared) if cleared else "nothing (already clean)")
-                          + (f"; {restored}" if restored else ""))
+                          + (", ".join(cleared) if cleared else "nothing (already clean)"))

@@ -185,12 +185,11 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         found = media.devices(client, cd_only=True)
         ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image), found=found)
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
-                                             clear_http_boot_uri=False)
-        restored = [r for r in (self.restore_override(task, client),
-                                self.restore_media(task, client,
-                                                   media.replace_read(found, ejected))) if r]
+                                             clear_http_boot_uri=False,
+                                             restore=self.found_override(task))
+        restored = self.restore_media(task, client, media.replace_read(found, ejected))
         task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: ejected "
                           f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "
                           f"{', '.join(cleared) or 'no override'}"
-                          + "".join(f"; {r}" for r in restored))
+                          + (f"; {restored}" if restored else ""))
