@@ -159,6 +159,20 @@ class BmcClient:
         quirks = self._remembered_quirks()
         return quirks.vendor if quirks is not None and quirks.name != "generic" else None
 
+    def service_root_vendor(self):
+        """Vendor and product as the service root gives them (Redfish
+        ServiceRoot Vendor and Product, else the name of its Oem section),
+        read without credentials (DSP0266 serves the service root to anyone):
+        what names the BMC in a refusal of our credentials. None if it says
+        nothing or cannot be read."""
+        root = connection_mod.read_service_root(
+            self.url, self.verify, timeout=min(self.conf.bmc.read_timeout, 5.0))
+        if not root:
+            return None
+        named = " ".join(str(root[k]) for k in ("Vendor", "Product") if root.get(k))
+        oem = [k for k in (root.get("Oem") or {}) if isinstance(k, str)]
+        return named or (oem[0] if len(oem) == 1 else None)
+
     @property
     def where(self):
         """``BMC <address> (<vendor>), system <path>``: how messages name it."""
@@ -210,12 +224,16 @@ class BmcClient:
         except retry_mod.OutcomeUnknown:
             raise  # the caller reads the BMC's state and decides
         except Exception as exc:
+            vendor = self.vendor
             if isinstance(exc, sushy.exceptions.AccessError):
                 self.cache.invalidate(self.url, self.username)
+                vendor = vendor or self.service_root_vendor()
             error = retry_mod.translate(exc, address=self.address, system=self.system_label,
                                         operation=operation, username=self.username,
                                         password=self._password, attempts=attempts[0],
-                                        vendor=self.vendor)
+                                        vendor=vendor,
+                                        timeouts=(self.conf.bmc.connect_timeout,
+                                                  self.conf.bmc.read_timeout))
             if error is exc:
                 raise
             raise error from None
@@ -397,8 +415,8 @@ class BmcClient:
         """Set the next boot's target (and UEFI HTTP boot URI).
 
         Follows the quirk table: full requests for AMI/ASRock, Enabled always
-        sent for Supermicro, POST retries for HPE, the BIOS HttpDev1Uri
-        attribute where Boot.HttpBootUri is absent (Dell, Lenovo). A BMC that
+        sent for Supermicro, POST retries for HPE, the vendor's BIOS attribute
+        where Boot.HttpBootUri is absent (Dell HttpDev1Uri, HPE UrlBootFile). A BMC that
         refuses ``Continuous`` gets ``Once``, re-applied before each reset by
         :func:`metalboot_framework.bmc.power.reset`.
         ``on_bios_change(previous)``: called before BIOS attributes are staged,
@@ -465,10 +483,9 @@ class BmcClient:
                         self.changed(BOOT)
                         bios_mod.stage(self, conn, place, change, system)
                 else:
-                    attribute = quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
                     raise BmcUnsupported(
-                        f"{self.where}: the system has no Boot.HttpBootUri "
-                        f"and no BIOS attribute {attribute} to hold the UEFI HTTP boot URI",
+                        f"{self.where}: {quirks_mod.missing_uri_place(quirks)} to hold the "
+                        f"UEFI HTTP boot URI",
                         address=self.address, system=self.system_label,
                         operation="Boot.HttpBootUri")
             try:

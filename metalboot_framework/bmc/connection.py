@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 
+import requests
 import requests.adapters
 import sushy
 from sushy import connector as sushy_connector
@@ -106,6 +107,18 @@ def base_url(address):
         raise InvalidInput(f"BMC address {address!r} has no host",
                            fields={"bmc.address": ["no host"]})
     return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def read_service_root(url, verify, timeout):
+    """The service root of the BMC at ``url`` as read without credentials
+    (DSP0266: it requires none), or None where it cannot be read."""
+    try:
+        response = requests.get(url + ROOT_PREFIX, verify=verify, timeout=timeout,
+                                headers={"Accept": "application/json"})
+        data = response.json() if response.ok else None
+    except (requests.RequestException, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class RequestSlots:

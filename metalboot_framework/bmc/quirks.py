@@ -127,6 +127,15 @@ def quirks_for(manufacturer, model=None):
     return GENERIC
 
 
+def missing_uri_place(quirks):
+    """Why a system of this vendor cannot hold a UEFI HTTP boot URI, naming
+    only what the vendor itself offers (Boot.HttpBootUri, and the BIOS
+    attribute of the vendors that keep it there)."""
+    attribute = quirks.http_boot_uri_bios_attribute
+    return "the system has no Boot.HttpBootUri" + (
+        f" and its BIOS no attribute {attribute}" if attribute else "")
+
+
 def is_busy_refusal(message):
     message = str(message or "")
     return any(b.marker in message for b in BUSY_REFUSALS)

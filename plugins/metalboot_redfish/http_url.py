@@ -27,6 +27,7 @@ to find its script).
 
 import logging
 
+from metalboot_framework.bmc import quirks
 from metalboot_framework.boot_interface import Artifact, Capability
 from metalboot_framework.exceptions import ValidationFailed
 from metalboot_redfish import base
@@ -44,7 +45,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
 
     The firmware fetches the machine's ipxe.iso (or ipxe.efi) URL; that fetch is
     the evidence. Needs a BMC that allows BootSourceOverrideTarget UefiHttp and
-    has Boot.HttpBootUri (or the BIOS attribute HttpDev1Uri on Dell and Lenovo).
+    has Boot.HttpBootUri (or the vendor's BIOS attribute: HttpDev1Uri on Dell,
+    UrlBootFile on HPE).
     """
 
     capabilities = frozenset({Capability.NEEDS_BMC, Capability.UEFI_ONLY, Capability.IPV4,
@@ -74,9 +76,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
             fields["BootSourceOverrideTarget"] = [
                 f"UefiHttp is not allowed (allowed: {', '.join(state.allowed_targets)})"]
         if state.http_boot_uri_location is None:
-            attribute = state.quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
-            fields["HttpBootUri"] = [f"the system has no Boot.HttpBootUri and its BIOS no "
-                                     f"attribute {attribute}"]
+            fields["HttpBootUri"] = [quirks.missing_uri_place(state.quirks)]
         if fields:
             raise ValidationFailed(
                 f"BMC {client.address} ({state.quirks.vendor}), system {client.system_label} "
