@@ -84,8 +84,9 @@ TABLE = (
                "iDRAC 6.x-7.x, iDRAC10 slot 1)")),
     (r"^Lenovo", None, Quirks(
         name="lenovo", vendor="Lenovo XCC",
-        source="ansible-collections/community.general #56050 (If-Match required); "
-               "bmc-toolbox/bmclib providers/lenovo/fixtures")),
+        source="ansible/ansible#56050 (If-Match required, 428 without it; fixed by "
+               "ansible/ansible#56150); ansible-collections/community.general#11261 "
+               "(412 on a stale ETag); bmc-toolbox/bmclib providers/lenovo/fixtures")),
 )
 
 
