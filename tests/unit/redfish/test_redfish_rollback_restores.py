@@ -11,39 +11,21 @@ Dell's HttpDev1Protocol.
 import pytest
 
 from plugin_steps import HTTP, VMEDIA, activated
-from redfish_mock_bmc import is_bios_settings, normalise
 
 MIGRATES = [("dell-idrac9", HTTP), ("dell-idrac9", VMEDIA), ("dell-idrac10", HTTP),
             ("dell-idrac10", VMEDIA), ("hpe-ilo5", HTTP), ("supermicro-x11", VMEDIA),
             ("supermicro-x12", VMEDIA), ("lenovo-xcc", VMEDIA)]
 
 
-def next_boot(bmc):
-    """What the next boot uses: BIOS attributes and Boot, pending over current,
-    and each CD/DVD device's (Image, Inserted)."""
-    bios = dict(bmc.bios_attributes)
-    for path, doc in bmc.docs.items():
-        if is_bios_settings(path):
-            bios.update(doc.get("Attributes") or {})
-    system = bmc.docs[bmc.system_path]
-    boot = dict(system.get("Boot") or {})
-    settings = normalise(((system.get("@Redfish.Settings") or {}).get("SettingsObject")
-                          or {}).get("@odata.id") or "-")
-    boot.update((bmc.docs.get(settings) or {}).get("Boot") or {})
-    media = {doc.get("Id"): (doc.get("Image"), bool(doc.get("Inserted")))
-             for doc in bmc.docs.values() if {"CD", "DVD"} & set(doc.get("MediaTypes") or ())}
-    return {"bios": bios, "boot": boot, "media": media}
-
-
 @pytest.mark.parametrize("vendor,interface", MIGRATES)
 def test_clean_up_after_activation_changes_nothing(services, vendor_bmc, vendor, interface):
     before = []
     bmc, task, iface = activated(services, vendor_bmc, vendor, interface,
-                                 before=lambda bmc: before.append(next_boot(bmc)))
+                                 before=lambda bmc: before.append(bmc.next_boot()))
     assert bmc.boots[-1]["url"] or bmc.boots[-1]["media"]  # it did boot ours
-    assert next_boot(bmc) != before[0]
+    assert bmc.next_boot() != before[0]
     iface.clean_up(task)
-    assert next_boot(bmc) == before[0]
+    assert bmc.next_boot() == before[0]
     # and the BIOS really gets them back at the next reset (Dell: a config job
     # or SettingsApplyTime OnReset)
     bmc.reset("ForceRestart")
