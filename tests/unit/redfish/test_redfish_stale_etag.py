@@ -16,7 +16,7 @@ DELL_SETTINGS = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"
 
 
 def stale(bmc, path):
-    """(If-Match, was it current) of each PATCH of ``path``, and the 412s."""
+    """The If-Match of each PATCH of ``path``, and the 412 answers to them."""
     tags = [tag for p, tag in bmc.if_matches if p == path]
     refused = [f for f in bmc.faults if f[1] == path and f[2] == 412]
     return tags, refused
