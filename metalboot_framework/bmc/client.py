@@ -411,7 +411,7 @@ class BmcClient:
         return self.run("read Boot (BootSourceOverrideTarget, HttpBootUri)", read)
 
     def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None,
-                          on_bios_change=None):
+                          on_bios_change=None, on_new_read=None):
         """Set the next boot's target (and UEFI HTTP boot URI).
 
         Follows the quirk table: full requests for AMI/ASRock, Enabled always
@@ -422,30 +422,38 @@ class BmcClient:
         ``on_bios_change(previous)``: called before BIOS attributes are staged,
         with the value the next boot would have used of each one changed, so
         that the caller can record them (and put them back).
+        ``on_new_read(boot)``: called with the system's Boot section of a read
+        the caller has not seen (after a 412 or a retry), before it is
+        overwritten: an override someone set meanwhile can be recorded too.
         """
+        hooks = dict(on_bios_change=on_bios_change, on_new_read=on_new_read)
         if enabled == "Continuous":
             try:
                 return self._set_boot_override(target, "Continuous", mode, http_boot_uri,
-                                               on_bios_change)
+                                               **hooks)
             except ContinuousRefused:
                 LOG.warning("BMC %s system %s refuses BootSourceOverrideEnabled=Continuous; "
                             "setting Once, re-applied before each reset", self.address,
                             self.system_label)
-                self._set_boot_override(target, "Once", mode, http_boot_uri, on_bios_change)
+                self._set_boot_override(target, "Once", mode, http_boot_uri, **hooks)
                 with _REAPPLY_LOCK:
                     _REAPPLY[(self.url, self._path)] = (target, mode, http_boot_uri)
                 return "Once"
-        return self._set_boot_override(target, enabled, mode, http_boot_uri, on_bios_change)
+        return self._set_boot_override(target, enabled, mode, http_boot_uri, **hooks)
 
-    def _set_boot_override(self, target, enabled, mode, http_boot_uri, on_bios_change=None):
+    def _set_boot_override(self, target, enabled, mode, http_boot_uri, on_bios_change=None,
+                           on_new_read=None):
         operation = (f"PATCH Boot.BootSourceOverrideTarget={target}"
                      + (f", Boot.HttpBootUri={http_boot_uri}" if http_boot_uri else ""))
         # Read quirks first, so the retry policy knows about POST refusals.
         self.quirks(operation)
+        seen = self._system_doc  # the read the caller decided on, if any
 
         def apply(conn, doc):
             system, etag = doc.data, doc.etag
             boot = system.get("Boot") or {}
+            if on_new_read is not None and doc is not seen:
+                on_new_read(boot)
             quirks = self._quirks
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             if allowed is not None and target not in allowed:

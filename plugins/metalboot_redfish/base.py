@@ -89,14 +89,32 @@ class RedfishBootInterface(BootInterface):
         clears its own after this one took over; a re-run activate finds its
         own) and not recorded."""
         state = state or client.boot_state()
-        if state.target in METALBOOT_TARGETS or not (state.target or state.enabled):
+        return self.remember_boot(task, client, {
+            "BootSourceOverrideTarget": state.target,
+            "BootSourceOverrideEnabled": state.enabled, "BootSourceOverrideMode": state.mode})
+
+    def remember_boot(self, task, client, boot, again=False):
+        """:meth:`remember_override` of a system's Boot section; ``again``: of
+        a read after the first (a PATCH answered 412), recorded only where
+        the override changed since (someone set one meanwhile)."""
+        target, enabled = boot.get("BootSourceOverrideTarget"), \
+            boot.get("BootSourceOverrideEnabled")
+        if target in METALBOOT_TARGETS or not (target or enabled):
             return None
-        found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
+        found = {"target": target, "enabled": enabled,
+                 "mode": boot.get("BootSourceOverrideMode")}
+        if again and found == self.found_override(task):
+            return found
         task.record_event("found_override",
                           f"BMC {client.address} system {client.system_label}: found "
-                          f"BootSourceOverride {state.enabled} {state.target} "
-                          f"({state.mode}); restored by clean-up", override=found)
+                          f"BootSourceOverride {enabled} {target} ({found['mode']}); "
+                          f"restored by clean-up", override=found)
         return found
+
+    def on_new_read(self, task, client):
+        """For ``set_boot_override``: record an override set between the read
+        activate decided on and its PATCH."""
+        return lambda boot: self.remember_boot(task, client, boot, again=True)
 
     @staticmethod
     def found(task, kind, key):

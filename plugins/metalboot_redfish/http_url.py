@@ -99,7 +99,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         self.remember_override(task, client)
         enabled = client.set_boot_override(
             TARGET, enabled="Once", mode="UEFI", http_boot_uri=uri,
-            on_bios_change=lambda previous: self.remember_bios(task, client, previous))
+            on_bios_change=lambda previous: self.remember_bios(task, client, previous),
+            on_new_read=self.on_new_read(task, client))
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"BootSourceOverrideTarget=UefiHttp, Enabled={enabled}, Mode=UEFI, "

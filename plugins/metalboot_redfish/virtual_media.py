@@ -108,7 +108,8 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         state = client.boot_state()
         self.remember_override(task, client, state)
         target = self.cd_target(state) or "Cd"
-        enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
+        enabled = client.set_boot_override(target, enabled="Once", mode="UEFI",
+                                           on_new_read=self.on_new_read(task, client))
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"ejected {len(ejected)}, inserted {url} into {device.id}, "

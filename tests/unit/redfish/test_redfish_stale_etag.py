@@ -91,3 +91,19 @@ def test_lenovo_insert_meets_someone_elses_image(services, vendor_bmc):
     bmc = seen[0]
     assert bmc.device("CD")["Image"] == "http://192.168.1.2/operator.iso"
     assert all(tag for _path, tag in bmc.if_matches) and bmc.resets == []
+
+
+def test_an_override_set_meanwhile_is_the_one_clean_up_restores(services, vendor_bmc):
+    """The operator sets ``Continuous Pxe`` between activate's read and its
+    PATCH: the read after the 412 shows it, it is recorded before ours
+    overwrites it, and clean-up puts it back (not what the first read saw)."""
+    def operator_sets_pxe(bmc):
+        bmc.when("PATCH", bmc.system_path, lambda b: b.boot.update(
+            BootSourceOverrideTarget="Pxe", BootSourceOverrideEnabled="Continuous"))
+
+    bmc, task, iface = activated(services, vendor_bmc, "dell-idrac9", HTTP,
+                                 before=operator_sets_pxe)
+    assert bmc.boots[-1]["url"] == task.artifact_url("ipxe.iso")  # ours took the boot
+    iface.clean_up(task)
+    assert (bmc.boot["BootSourceOverrideTarget"], bmc.boot["BootSourceOverrideEnabled"]) \
+        == ("Pxe", "Continuous")
