@@ -18,9 +18,16 @@ that path (see ``doc/architecture.rst``, "Threat model"):
 - ``prefix``: an address in a prefix ``[artifacts] boot_network_prefixes``
   gives the machine's partition (or every partition).
 
-Anything else -- loopback too, unless a configured prefix holds it -- is
-unbound: the fetch is served, but recorded as ``unverified`` evidence with a
-script whose token proves nothing either (:mod:`metalboot_framework.tokens`).
+Anything else is unbound: the fetch is served, but recorded as
+``unverified`` evidence with a script whose token proves nothing either
+(:mod:`metalboot_framework.tokens`).
+
+Loopback (``127.0.0.0/8``, ``::1``) is bound only by a configured prefix
+that is itself loopback (``127.0.0.0/8``, ``::1/128``: tests and demos that
+play the machines on the server's host): never by a NIC address or lease
+that names it, nor by a catch-all prefix such as ``::/0``. Any process on the
+server's host, a reverse proxy in front of it included, fetches from
+loopback; that is no machine's boot.
 """
 
 import ipaddress
@@ -80,6 +87,8 @@ class AddressBinding:
         ip = client_ip(client_address)
         if ip is None:
             return None
+        if ip.is_loopback:
+            return "prefix" if self.in_prefix(machine, ip, loopback=True) else None
         nics = machine.nics
         if ip.version == 6 and any(int(ip) & _LOW64 == eui64_interface_id(nic.mac)
                                    for nic in nics):
@@ -88,12 +97,18 @@ class AddressBinding:
             for registered in (nic.ipv4_address, nic.ipv6_address):
                 if registered and client_ip(registered) == ip:
                     return "nic-address"
-        for partition, network in self.prefixes:
-            if partition in (None, machine.partition_id) and ip.version == network.version \
-                    and ip in network:
-                return "prefix"
+        if self.in_prefix(machine, ip):
+            return "prefix"
         for leases in self.leases:
             held = leases.lease_of([nic.mac for nic in nics], ip)
             if held is not None:
                 return Binding.of_lease(ip, held[0], held[1], leases.server)
         return None
+
+    def in_prefix(self, machine, ip, loopback=False):
+        """Whether a configured prefix of the machine's partition (or of every
+        partition) holds ``ip``; with ``loopback``, only a loopback prefix."""
+        return any(partition in (None, machine.partition_id)
+                   and ip.version == network.version and ip in network
+                   and (network.is_loopback or not loopback)
+                   for partition, network in self.prefixes)

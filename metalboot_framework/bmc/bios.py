@@ -116,6 +116,14 @@ def uri_change(client, place, uri):
     return change
 
 
+def restore_change(place, before):
+    """The attributes to stage so that the next boot has the values of
+    ``before`` again ({attribute: value}; those the BIOS no longer has are
+    left out)."""
+    return {name: value for name, value in before.items()
+            if name in place.attributes and place.next_value(name) != value}
+
+
 def stage(client, conn, place, change, system):
     """PATCH ``change`` into the BIOS settings object (If-Match where the BMC
     gave an ETag) and make sure the next reset applies it: where the vendor

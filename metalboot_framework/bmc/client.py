@@ -92,6 +92,20 @@ class BootState:
     manufacturer: Optional[str]
     model: Optional[str]
     quirks: quirks_mod.Quirks
+    #: The Boot section staged in the system's settings object (applied at
+    #: the next reset: iDRAC10), when read (``boot_state(pending_boot=True)``);
+    #: {} where nothing is staged or the system has no settings object.
+    pending_boot: Mapping = dataclasses.field(default_factory=dict)
+    #: Where that Boot is staged (the settings object's path), or None.
+    pending_boot_path: Optional[str] = None
+
+    @property
+    def pending_override(self):
+        """(target, enabled) of an override staged for the next reset, or None."""
+        enabled = self.pending_boot.get("BootSourceOverrideEnabled")
+        if enabled in (None, "Disabled"):
+            return None
+        return self.pending_boot.get("BootSourceOverrideTarget", self.target), enabled
 
 
 class BmcClient:
@@ -145,6 +159,20 @@ class BmcClient:
         quirks = self._remembered_quirks()
         return quirks.vendor if quirks is not None and quirks.name != "generic" else None
 
+    def service_root_vendor(self):
+        """Vendor and product as the service root gives them (Redfish
+        ServiceRoot Vendor and Product, else the name of its Oem section),
+        read without credentials (DSP0266 serves the service root to anyone):
+        what names the BMC in a refusal of our credentials. None if it says
+        nothing or cannot be read."""
+        root = connection_mod.read_service_root(
+            self.url, self.verify, timeout=min(self.conf.bmc.read_timeout, 5.0))
+        if not root:
+            return None
+        named = " ".join(str(root[k]) for k in ("Vendor", "Product") if root.get(k))
+        oem = [k for k in (root.get("Oem") or {}) if isinstance(k, str)]
+        return named or (oem[0] if len(oem) == 1 else None)
+
     @property
     def where(self):
         """``BMC <address> (<vendor>), system <path>``: how messages name it."""
@@ -196,12 +224,16 @@ class BmcClient:
         except retry_mod.OutcomeUnknown:
             raise  # the caller reads the BMC's state and decides
         except Exception as exc:
+            vendor = self.vendor
             if isinstance(exc, sushy.exceptions.AccessError):
                 self.cache.invalidate(self.url, self.username)
+                vendor = vendor or self.service_root_vendor()
             error = retry_mod.translate(exc, address=self.address, system=self.system_label,
                                         operation=operation, username=self.username,
                                         password=self._password, attempts=attempts[0],
-                                        vendor=self.vendor)
+                                        vendor=vendor,
+                                        timeouts=(self.conf.bmc.connect_timeout,
+                                                  self.conf.bmc.read_timeout))
             if error is exc:
                 raise
             raise error from None
@@ -324,7 +356,26 @@ class BmcClient:
         the BMC's connection (GENERIC if none)."""
         return self._remembered_quirks() or quirks_mod.GENERIC
 
-    def boot_state(self, http_boot_uri=False, pending=True, reuse=False):
+    def settings_path(self, conn, system):
+        """The system's settings object (DSP0266 "Settings") that takes its Boot
+        changes, or None (none advertised, or it refused Boot before)."""
+        settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
+            .get("@odata.id")
+        return settings if settings and not self.fact(conn, "boot via system") else None
+
+    def read_pending_boot(self, conn, system):
+        """(settings object Document or None, its Boot section)."""
+        path = self.settings_path(conn, system)
+        if path is None:
+            return None, {}
+        try:
+            doc = self.read(conn, path)
+        except sushy.exceptions.ResourceNotFoundError:
+            return None, {}
+        boot = doc.data.get("Boot") if isinstance(doc.data, dict) else None
+        return doc, boot or {}
+
+    def boot_state(self, http_boot_uri=False, pending=True, reuse=False, pending_boot=False):
         """Read the system's boot override and power state; with
         ``http_boot_uri``, also where the UEFI HTTP boot URI is kept and its
         value. Without it the BIOS is not read (two GETs saved on BMCs that keep
@@ -332,7 +383,9 @@ class BmcClient:
         ``Boot.HttpBootUri``. ``pending=False``: the BIOS's pending settings
         are not read (``http_boot_uri_next`` is then the current value).
         ``reuse``: the system as this client read it moments ago, if it has
-        not changed its Boot since (see :meth:`recent_system`)."""
+        not changed its Boot since (see :meth:`recent_system`).
+        ``pending_boot``: also the Boot staged in the system's settings object
+        (one more GET where the system advertises one)."""
         def read(conn):
             system, _ = self.system_json(conn, reuse=BOOT if reuse else None)
             boot = system.get("Boot") or {}
@@ -340,6 +393,10 @@ class BmcClient:
                 place = bios_mod.find(self, conn, system, read_pending=pending)
             else:
                 place = bios_mod.UriPlace(None)
+            staged, staged_path = {}, None
+            if pending_boot:
+                doc, staged = self.read_pending_boot(conn, system)
+                staged_path = doc.path if doc is not None else None
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             return BootState(
                 target=boot.get("BootSourceOverrideTarget"),
@@ -350,40 +407,53 @@ class BmcClient:
                 allowed_targets=tuple(allowed) if allowed is not None else None,
                 power_state=system.get("PowerState"),
                 manufacturer=system.get("Manufacturer"), model=system.get("Model"),
-                quirks=self._quirks)
+                quirks=self._quirks, pending_boot=staged, pending_boot_path=staged_path)
         return self.run("read Boot (BootSourceOverrideTarget, HttpBootUri)", read)
 
-    def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None):
+    def set_boot_override(self, target, enabled="Once", mode="UEFI", http_boot_uri=None,
+                          on_bios_change=None, on_new_read=None):
         """Set the next boot's target (and UEFI HTTP boot URI).
 
         Follows the quirk table: full requests for AMI/ASRock, Enabled always
-        sent for Supermicro, POST retries for HPE, the BIOS HttpDev1Uri
-        attribute where Boot.HttpBootUri is absent (Dell, Lenovo). A BMC that
+        sent for Supermicro, POST retries for HPE, the vendor's BIOS attribute
+        where Boot.HttpBootUri is absent (Dell HttpDev1Uri, HPE UrlBootFile). A BMC that
         refuses ``Continuous`` gets ``Once``, re-applied before each reset by
         :func:`metalboot_framework.bmc.power.reset`.
+        ``on_bios_change(previous)``: called before BIOS attributes are staged,
+        with the value the next boot would have used of each one changed, so
+        that the caller can record them (and put them back).
+        ``on_new_read(boot)``: called with the system's Boot section of a read
+        the caller has not seen (after a 412 or a retry), before it is
+        overwritten: an override someone set meanwhile can be recorded too.
         """
+        hooks = dict(on_bios_change=on_bios_change, on_new_read=on_new_read)
         if enabled == "Continuous":
             try:
-                return self._set_boot_override(target, "Continuous", mode, http_boot_uri)
+                return self._set_boot_override(target, "Continuous", mode, http_boot_uri,
+                                               **hooks)
             except ContinuousRefused:
                 LOG.warning("BMC %s system %s refuses BootSourceOverrideEnabled=Continuous; "
                             "setting Once, re-applied before each reset", self.address,
                             self.system_label)
-                self._set_boot_override(target, "Once", mode, http_boot_uri)
+                self._set_boot_override(target, "Once", mode, http_boot_uri, **hooks)
                 with _REAPPLY_LOCK:
                     _REAPPLY[(self.url, self._path)] = (target, mode, http_boot_uri)
                 return "Once"
-        return self._set_boot_override(target, enabled, mode, http_boot_uri)
+        return self._set_boot_override(target, enabled, mode, http_boot_uri, **hooks)
 
-    def _set_boot_override(self, target, enabled, mode, http_boot_uri):
+    def _set_boot_override(self, target, enabled, mode, http_boot_uri, on_bios_change=None,
+                           on_new_read=None):
         operation = (f"PATCH Boot.BootSourceOverrideTarget={target}"
                      + (f", Boot.HttpBootUri={http_boot_uri}" if http_boot_uri else ""))
         # Read quirks first, so the retry policy knows about POST refusals.
         self.quirks(operation)
+        seen = self._system_doc  # the read the caller decided on, if any
 
         def apply(conn, doc):
             system, etag = doc.data, doc.etag
             boot = system.get("Boot") or {}
+            if on_new_read is not None and doc is not seen:
+                on_new_read(boot)
             quirks = self._quirks
             allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
             if allowed is not None and target not in allowed:
@@ -416,13 +486,14 @@ class BmcClient:
                 elif place.location:
                     change = bios_mod.uri_change(self, place, http_boot_uri)
                     if change:
+                        if on_bios_change is not None:
+                            on_bios_change({name: place.next_value(name) for name in change})
                         self.changed(BOOT)
                         bios_mod.stage(self, conn, place, change, system)
                 else:
-                    attribute = quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
                     raise BmcUnsupported(
-                        f"{self.where}: the system has no Boot.HttpBootUri "
-                        f"and no BIOS attribute {attribute} to hold the UEFI HTTP boot URI",
+                        f"{self.where}: {quirks_mod.missing_uri_place(quirks)} to hold the "
+                        f"UEFI HTTP boot URI",
                         address=self.address, system=self.system_label,
                         operation="Boot.HttpBootUri")
             try:
@@ -438,18 +509,18 @@ class BmcClient:
 
         return self.run_on_system(operation, apply)
 
-    def _patch_boot(self, conn, system, body, etag):
+    def _patch_boot(self, conn, system, body, etag, settings_doc=None):
         """PATCH ``{"Boot": body}``: where the system advertises a
         @Redfish.Settings object, to that object, applied by the BMC at the
         next reset (iDRAC10 refuses Boot on the system as read-only; sushy
         writes Boot there too), and to the system itself if the object refuses
-        Boot; else to the system."""
-        settings = ((system.get("@Redfish.Settings") or {}).get("SettingsObject") or {}) \
-            .get("@odata.id")
-        if settings and not self.fact(conn, "boot via system"):
+        Boot; else to the system. ``settings_doc``: that object as just read."""
+        settings = self.settings_path(conn, system)
+        if settings:
             try:
+                document = settings_doc or self.read(conn, settings)
                 return conn.connector.patch(settings, data={"Boot": body},
-                                            etag=self.read(conn, settings).etag)
+                                            etag=document.etag)
             except sushy.exceptions.BadRequestError as exc:
                 text = f"{exc.code} {exc.detail} {exc.extended_info}"
                 if not ("PropertyUnknown" in text or "PropertyNotWritable" in text
@@ -463,14 +534,18 @@ class BmcClient:
 
         The first attempt takes the document of a recent read (see
         :meth:`recent_system`) instead of reading it again; retries read anew.
-        (A PATCH whose If-Match ETag is no longer current gets a 412, on which
-        sushy's connector sends it again without the ETag.)
+        A PATCH whose If-Match ETag is no longer current (412: someone changed
+        the resource since the read) is never sent again without it: ``apply``
+        runs again on what the BMC holds now, so that it decides anew what to
+        write (or refuses) and sends the fresh ETag.
         """
         attempts = [0]
 
         def attempt(conn):
             attempts[0] += 1
-            return apply(conn, self.system_document(conn, BOOT if attempts[0] == 1 else None))
+            return retry_stale_etag(
+                lambda fresh: apply(conn, self.system_document(
+                    conn, BOOT if attempts[0] == 1 and not fresh else None)))
 
         return self.run(operation, attempt)
 
@@ -490,11 +565,17 @@ class BmcClient:
                 f"{connection_mod.ROOT_PREFIX}Systems/{self.system_id}"
         return None
 
-    def clear_boot_override(self, only_targets=None, clear_http_boot_uri=True):
+    def clear_boot_override(self, only_targets=None, clear_http_boot_uri=True,
+                            bios_before=None, restore=None):
         """Disable the boot override and clear the HTTP boot URI explicitly.
 
         ``only_targets``: leave an override alone whose target is not one of
-        these (someone else's). Returns a list of what was cleared.
+        these (someone else's). ``bios_before``: where the URI is kept in BIOS
+        attributes, the values to stage instead of an empty URI (those
+        ``set_boot_override`` reported to ``on_bios_change``). ``restore``:
+        the override as found before ours (``{"target", "enabled", "mode"}``),
+        put back in the same PATCH unless someone else's is active now.
+        Returns a list of what was cleared and restored.
         """
         operation = "PATCH Boot (clear BootSourceOverrideEnabled, HttpBootUri)"
         self.quirks(operation)
@@ -502,32 +583,44 @@ class BmcClient:
         def clear(conn, doc):
             cleared = []
             system, etag = doc.data, doc.etag
-            boot = system.get("Boot") or {}
             quirks = self._quirks
             body = {}
+            # what the next reset applies: the Boot staged in the settings
+            # object (a reset that failed leaves it there) over the current one
+            settings_doc, staged = self.read_pending_boot(conn, system)
+            boot = dict(system.get("Boot") or {}, **staged)
             target = boot.get("BootSourceOverrideTarget")
             enabled = boot.get("BootSourceOverrideEnabled")
             ours = only_targets is None or target in only_targets
-            if ours and enabled not in (None, "Disabled"):
+            active = enabled not in (None, "Disabled")
+            if ours and active:
                 body["BootSourceOverrideEnabled"] = "Disabled"
                 if quirks.full_boot_request:
                     body["BootSourceOverrideTarget"] = target or "None"
                     body["BootSourceOverrideMode"] = boot.get("BootSourceOverrideMode") or "UEFI"
-                cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target})")
+                cleared.append(f"BootSourceOverrideEnabled={enabled} (target {target}"
+                               + (f", staged in {settings_doc.path})"
+                                  if staged.get("BootSourceOverrideEnabled") else ")"))
+            if restore and (ours or not active):
+                body.update(_restore_body(boot, restore, cleared))
             if clear_http_boot_uri:
                 place = bios_mod.find(self, conn, system)
                 if place.location == bios_mod.BOOT_URI and place.current is not None:
                     body["HttpBootUri"] = None
                     cleared.append(f"HttpBootUri={place.current}")
-                elif place.attribute and (place.next or place.current):
-                    change = bios_mod.uri_change(self, place, None)
+                elif place.attribute and (place.next or place.current or bios_before):
+                    change = bios_mod.restore_change(place, bios_before) if bios_before \
+                        else bios_mod.uri_change(self, place, None)
                     if change:
                         self.changed(BOOT)
                         bios_mod.stage(self, conn, place, change, system)
-                        cleared.append(f"{place.location}={place.next or place.current}")
+                        cleared.append(
+                            f"{place.location}={place.next or place.current}" + (
+                                f" (staged as before: {', '.join(sorted(change))})"
+                                if bios_before else ""))
             if body:
                 self.changed(BOOT)
-                self._patch_boot(conn, system, body, etag)
+                self._patch_boot(conn, system, body, etag, settings_doc)
             return cleared
 
         result = self.run_on_system(operation, clear)
@@ -555,6 +648,43 @@ class BmcClient:
         from sushy.resources.system import system as system_mod
         doc = self.recent_system(reuse) if reuse else None
         return self.sushy_resource(conn, system_mod.System, self.system_path(conn), doc)
+
+
+def _restore_body(boot, found, done):
+    """The Boot properties that put back the override ``found`` (all three,
+    as every vendor takes them), or {} where Boot has it already or no
+    longer allows its target; appends what it restores to ``done``."""
+    want = {"BootSourceOverrideTarget": found.get("target"),
+            "BootSourceOverrideEnabled": found.get("enabled") or "Disabled",
+            "BootSourceOverrideMode": found.get("mode") or boot.get("BootSourceOverrideMode")}
+    allowed = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+    if not want["BootSourceOverrideTarget"] or (
+            allowed is not None and want["BootSourceOverrideTarget"] not in allowed):
+        return {}
+    if all(boot.get(k) == v for k, v in want.items() if v is not None):
+        return {}
+    done.append("restored BootSourceOverride " + " ".join(
+        str(want[k]) for k in ("BootSourceOverrideEnabled", "BootSourceOverrideTarget",
+                               "BootSourceOverrideMode")))
+    return {k: v for k, v in want.items() if v is not None}
+
+
+#: How often a change is read and sent again when every PATCH meets a newer
+#: ETag (a resource that someone else keeps changing).
+STALE_ETAG_ATTEMPTS = 3
+
+
+def retry_stale_etag(change):
+    """``change(fresh)``, again with ``fresh=True`` after a 412: the caller
+    reads the resource anew and decides again whether and what to write."""
+    for attempt in range(STALE_ETAG_ATTEMPTS):
+        try:
+            return change(attempt > 0)
+        except sushy.exceptions.HTTPError as exc:
+            if not connection_mod.is_stale_etag(exc) or attempt + 1 == STALE_ETAG_ATTEMPTS:
+                raise
+            LOG.info("PATCH answered 412 (%s): the resource changed since it was read; "
+                     "reading it again", redact.scrub(exc))
 
 
 class ContinuousRefused(BmcUnsupported):

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 
+import requests
 import requests.adapters
 import sushy
 from sushy import connector as sushy_connector
@@ -64,6 +65,25 @@ class SingleShotConnector(sushy_connector.Connector):
     def check_retry_on_exception(self, exception_msg):
         return False  # our retry policy (and the quirk table) decides
 
+    def patch(self, path="", data=None, headers=None, etag=None, blocking=False,
+              timeout=None, **kwargs):
+        """One PATCH, with ``If-Match: etag`` when given. sushy's own answer to
+        a 412 (send it again without If-Match) would overwrite what changed
+        since the read, and a BMC that requires the header (Lenovo XCC: 428)
+        refuses it: the caller reads the resource again instead (see
+        :func:`is_stale_etag`)."""
+        headers = dict(headers or {})
+        if etag:
+            headers["If-Match"] = etag
+        return self._op("PATCH", path, data=data, headers=headers, blocking=blocking,
+                        timeout=timeout, **kwargs)
+
+
+def is_stale_etag(exc):
+    """The BMC answered 412: the resource changed since the read whose ETag
+    the PATCH carried (RFC 9110 13.1.1)."""
+    return isinstance(exc, sushy.exceptions.HTTPError) and exc.status_code == 412
+
 
 def base_url(address):
     """``https://host[:port]`` from a BMC address (bare host defaults to https).
@@ -87,6 +107,18 @@ def base_url(address):
         raise InvalidInput(f"BMC address {address!r} has no host",
                            fields={"bmc.address": ["no host"]})
     return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def read_service_root(url, verify, timeout):
+    """The service root of the BMC at ``url`` as read without credentials
+    (DSP0266: it requires none), or None where it cannot be read."""
+    try:
+        response = requests.get(url + ROOT_PREFIX, verify=verify, timeout=timeout,
+                                headers={"Accept": "application/json"})
+        data = response.json() if response.ok else None
+    except (requests.RequestException, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class RequestSlots:

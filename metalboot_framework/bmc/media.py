@@ -22,7 +22,7 @@ import sushy
 
 from metalboot_framework.bmc import quirks as quirks_mod
 from metalboot_framework.bmc import retry as retry_mod
-from metalboot_framework.bmc.client import LINKS, Document
+from metalboot_framework.bmc.client import LINKS, Document, retry_stale_etag
 from metalboot_framework.exceptions import BmcError, BmcUnsupported
 
 LOG = logging.getLogger(__name__)
@@ -162,6 +162,16 @@ def insertable_cds(found):
     return [d for d in found if d.is_cd and d.can_insert]
 
 
+def insert_order(client, found):
+    """:func:`insertable_cds` of ``found`` in the order an insert tries them:
+    a vendor rule's slot first, where the manager's model (read by validate
+    on this connection) calls for one (no refused insert on iDRAC10), then
+    as the BMC lists them."""
+    first = quirks_mod.virtual_media_slots(client.quirks_known(),
+                                           client.remembered("manager model")) or ()
+    return sorted(insertable_cds(found), key=lambda d: d.id not in first)
+
+
 def read_device(client, device):
     return client.run(f"read VirtualMedia {device.id}",
                       lambda conn: _device(client, conn, device.path))
@@ -187,8 +197,13 @@ def eject(client, device):
             # a JSON body, even if empty: iLO answers 415 to a POST without one
             conn.connector.post(device.eject_target, data={})
         elif device.patchable:
-            conn.connector.patch(device.path, data={"Image": None, "Inserted": False},
-                                 etag=device.document.etag if device.document else None)
+            def change(fresh):
+                now = _device(client, conn, device.path) if fresh else device
+                if fresh and not now.has_media:
+                    return  # ejected meanwhile: nothing left to write
+                conn.connector.patch(device.path, data={"Image": None, "Inserted": False},
+                                     etag=now.document.etag if now.document else None)
+            retry_stale_etag(change)
         else:
             raise BmcUnsupported(
                 f"{client.where}: VirtualMedia {device.id} has no EjectMedia action",
@@ -242,9 +257,19 @@ def _insert_one(client, device, image_url):
                 body["TransferProtocolType"] = image_url.split(":", 1)[0].upper()
                 conn.connector.post(device.insert_target, data=body)
         else:
-            conn.connector.patch(device.path, data=dict(body, Inserted=True,
-                                                        WriteProtected=True),
-                                 etag=device.document.etag if device.document else None)
+            def change(fresh):
+                now = _device(client, conn, device.path) if fresh else device
+                if fresh and now.holds(image_url):
+                    return
+                if fresh and now.has_media:
+                    raise BmcError(
+                        f"{client.where}: {device.id} was given {now.image} while the insert "
+                        f"was under way; not replaced", address=client.address,
+                        system=client.system_label, operation=operation, status_code=409)
+                conn.connector.patch(device.path, data=dict(body, Inserted=True,
+                                                            WriteProtected=True),
+                                     etag=now.document.etag if now.document else None)
+            retry_stale_etag(change)
     unknown = _send(client, operation, device, send)
     if unknown is not None:
         after = read_device(client, device)
@@ -266,12 +291,7 @@ def insert_cd(client, image_url, found=None):
     ``found``: the devices as :func:`devices` read them (read here otherwise).
     """
     found = devices(client) if found is None else found
-    cds = insertable_cds(found)
-    # a vendor rule's slot first, where the manager's model (read by validate
-    # on this connection) calls for one: no refused insert on iDRAC10
-    first = quirks_mod.virtual_media_slots(client.quirks_known(),
-                                           client.remembered("manager model")) or ()
-    cds.sort(key=lambda d: d.id not in first)
+    cds = insert_order(client, found)
     if not cds:
         raise BmcUnsupported(
             f"{client.where}: no VirtualMedia device takes a CD or DVD with InsertMedia "

@@ -84,8 +84,9 @@ TABLE = (
                "iDRAC 6.x-7.x, iDRAC10 slot 1)")),
     (r"^Lenovo", None, Quirks(
         name="lenovo", vendor="Lenovo XCC",
-        source="ansible-collections/community.general #56050 (If-Match required); "
-               "bmc-toolbox/bmclib providers/lenovo/fixtures")),
+        source="ansible/ansible#56050 (If-Match required, 428 without it; fixed by "
+               "ansible/ansible#56150); ansible-collections/community.general#11261 "
+               "(412 on a stale ETag); bmc-toolbox/bmclib providers/lenovo/fixtures")),
 )
 
 
@@ -125,6 +126,15 @@ def quirks_for(manufacturer, model=None):
                 model_re is None or re.search(model_re, model, re.IGNORECASE)):
             return quirks
     return GENERIC
+
+
+def missing_uri_place(quirks):
+    """Why a system of this vendor cannot hold a UEFI HTTP boot URI, naming
+    only what the vendor itself offers (Boot.HttpBootUri, and the BIOS
+    attribute of the vendors that keep it there)."""
+    attribute = quirks.http_boot_uri_bios_attribute
+    return "the system has no Boot.HttpBootUri" + (
+        f" and its BIOS no attribute {attribute}" if attribute else "")
 
 
 def is_busy_refusal(message):

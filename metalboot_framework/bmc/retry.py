@@ -55,6 +55,20 @@ def never_reached_bmc(exc):
         "NewConnectionError" in text or "Connection refused" in text)
 
 
+def timed_out(exc):
+    """"read" where the BMC accepted the connection and sent no answer in
+    time, "connect" where it did not even accept it, else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return "connect"
+        if isinstance(exc, requests.exceptions.ReadTimeout):
+            return "read"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def refused_by_bmc(exc):
     """A 5xx: the BMC answered, saying that the request failed."""
     return isinstance(exc, sushy_exc.ServerSideError)
@@ -179,10 +193,11 @@ def _short(exc):
 
 
 def translate(exc, *, address, system, operation, username=None, password=None,
-              attempts=None, vendor=None):
+              attempts=None, vendor=None, timeouts=(None, None)):
     """A :class:`BmcError` for ``exc`` naming the BMC (and its vendor, when
     known), the system, the operation, the request that failed (method and
-    URI path) and the Redfish MessageId."""
+    URI path) and the Redfish MessageId. ``timeouts``: the (connect, read)
+    timeouts in seconds the requests were sent with, for a time-out's message."""
     if isinstance(exc, MetalbootError):
         return exc
     request = request_of(exc)
@@ -196,6 +211,16 @@ def translate(exc, *, address, system, operation, username=None, password=None,
             f"the BMC refused the credentials of user {username!r} "
             f"(HTTP {exc.status_code}){f' with {ids[0]}' if ids else ''}; "
             f"check bmc.username and bmc.password")
+    elif isinstance(exc, sushy_exc.ConnectionError) and timed_out(exc):
+        kind = timed_out(exc)
+        seconds = timeouts[0 if kind == "connect" else 1]
+        each = f", each of {attempts} attempts" if attempts and attempts > 1 else ""
+        cls, detail = BmcConnectionError, (
+            "the BMC accepted the connection but sent no answer: "
+            if kind == "read" else "the BMC did not accept the connection: ") + (
+            f"timed out after {seconds:g} seconds{each}" if seconds is not None
+            else f"timed out{tries}") + (
+            " ([bmc] read_timeout)" if kind == "read" else " ([bmc] connect_timeout)")
     elif isinstance(exc, sushy_exc.ConnectionError):
         cls, detail = BmcConnectionError, f"cannot reach the BMC{tries}: {exc}"
     elif isinstance(exc, OutcomeUnknown):

@@ -39,9 +39,11 @@ opts = [
                      "(SLAAC) address of one of its MACs, one of its registered NIC "
                      "addresses or a DHCP lease of one of its MACs ([dnsmasq] "
                      "lease_file, [kea] lease_file) does; from any other address it is recorded as "
-                     "unverified and does not finish a migration step. Loopback is no "
-                     "exception: list 127.0.0.0/8 and ::1/128 only where the machines "
-                     "really fetch from this host (tests, demos)."),
+                     "unverified and does not finish a migration step. Loopback is bound "
+                     "only by a prefix that is itself loopback (never by a NIC address, "
+                     "a lease or a catch-all such as ::/0): list 127.0.0.0/8 and "
+                     "::1/128 only where the machines really fetch from this host "
+                     "(tests, demos)."),
     cfg.IntOpt("max_unverified_evidence", default=20, min=1,
                help="Unverified boot evidence rows (fetches and boot reports with a "
                     "machine's unbound token, which anyone who knows a MAC can cause) "

@@ -64,47 +64,84 @@ class RedfishBootInterface(BootInterface):
                 f"(metalboot does not switch boot modes)"]}
         return {}
 
+    @staticmethod
+    def staged_override_drift(state, targets):
+        """Drift of an override staged in the system's settings object for the
+        next reset (a reset that failed leaves one there) whose target is not
+        one of ``targets``: the machine would boot it, though nothing shows in
+        the system's Boot."""
+        staged = state.pending_override
+        if staged is None or staged[0] in targets:
+            return []
+        return [f"BootSourceOverrideTarget {staged[0]} (Enabled {staged[1]}) is staged in "
+                f"{state.pending_boot_path} for the next reset, expected "
+                f"{' or '.join(targets)}"]
+
     # -- the operator's own boot override -------------------------------------
     def remember_override(self, task, client, state=None):
         """In activate, from the read that precedes the override's PATCH:
-        record an override someone else set (an operator's ``Continuous Hdd``)
-        as an event, so that clean_up can restore it. The event is committed
-        before the PATCH overwrites the override, so it survives a crash and
-        serves any conductor; prepare needs no read of its own. One to a
-        target of metalboot's Redfish interfaces is taken for theirs (the
-        interface a machine migrates from clears its own after this one took
-        over)."""
+        record the override as found (an operator's ``Continuous Hdd``, or a
+        disabled one's target and mode) as an event, so that clean_up can
+        restore it. The event is committed before the PATCH overwrites the
+        override, so it survives a crash and serves any conductor; prepare
+        needs no read of its own. One to a target of metalboot's Redfish
+        interfaces is taken for theirs (the interface a machine migrates from
+        clears its own after this one took over; a re-run activate finds its
+        own) and not recorded."""
         state = state or client.boot_state()
-        if state.enabled not in OVERRIDE_ACTIVE or state.target in METALBOOT_TARGETS:
+        return self.remember_boot(task, client, {
+            "BootSourceOverrideTarget": state.target,
+            "BootSourceOverrideEnabled": state.enabled, "BootSourceOverrideMode": state.mode})
+
+    def remember_boot(self, task, client, boot, again=False):
+        """:meth:`remember_override` of a system's Boot section; ``again``: of
+        a read after the first (a PATCH answered 412), recorded only where
+        the override changed since (someone set one meanwhile)."""
+        target, enabled = boot.get("BootSourceOverrideTarget"), \
+            boot.get("BootSourceOverrideEnabled")
+        if target in METALBOOT_TARGETS or not (target or enabled):
             return None
-        found = {"target": state.target, "enabled": state.enabled, "mode": state.mode}
+        found = {"target": target, "enabled": enabled,
+                 "mode": boot.get("BootSourceOverrideMode")}
+        if again and found == self.found_override(task):
+            return found
         task.record_event("found_override",
                           f"BMC {client.address} system {client.system_label}: found "
-                          f"BootSourceOverride {state.enabled} {state.target}; restored by "
-                          f"clean-up", override=found)
+                          f"BootSourceOverride {enabled} {target} ({found['mode']}); "
+                          f"restored by clean-up", override=found)
         return found
+
+    def on_new_read(self, task, client):
+        """For ``set_boot_override``: record an override set between the read
+        activate decided on and its PATCH."""
+        return lambda boot: self.remember_boot(task, client, boot, again=True)
+
+    @staticmethod
+    def found(task, kind, key):
+        """``key`` of the newest ``kind`` event recorded since this interface's
+        last clean-up (what activate found of the operator's), or None."""
+        last = task.last_event(kind, "clean_up")
+        if last is None or last[0] != task.event_kind(kind):
+            return None
+        return last[1].get(key)
 
     def found_override(self, task):
         """The override :meth:`remember_override` recorded since this
         interface's last clean-up, or None."""
-        last = task.last_event("found_override", "clean_up")
-        if last is None or last[0] != task.event_kind("found_override"):
-            return None
-        return last[1].get("override")
+        return self.found(task, "found_override", "override")
 
-    def restore_override(self, task, client):
-        """In clean_up, after ours is cleared: put back the override found in
-        activate, unless another one is active now (the next interface's)."""
-        found = self.found_override(task)
-        if not found:
-            return None
-        # the read of the clearing serves, unless that changed Boot
-        state = client.boot_state(reuse=True)
-        if state.enabled in OVERRIDE_ACTIVE:
-            return None
-        client.set_boot_override(found["target"], enabled=found["enabled"],
-                                 mode=found.get("mode") or state.mode)
-        return f"restored BootSourceOverride {found['enabled']} {found['target']}"
+    def remember_bios(self, task, client, previous):
+        """In activate, before BIOS attributes are staged (``previous``: the
+        value the next boot would have used of each): record them, so that
+        clean_up stages them again. The first value found since the last
+        clean-up wins: a re-run activate finds its own."""
+        found = self.found(task, "found_bios", "attributes") or {}
+        merged = dict(previous, **found)
+        if merged != found:
+            task.record_event("found_bios",
+                              f"BMC {client.address} system {client.system_label}: found BIOS "
+                              + ", ".join(f"{k}={v!r}" for k, v in sorted(merged.items()))
+                              + "; staged again by clean-up", attributes=merged)
 
     def check_ipxe_binary(self, task):
         path = redfish_conf.get(task.conf).ipxe_efi_path

@@ -27,6 +27,7 @@ to find its script).
 
 import logging
 
+from metalboot_framework.bmc import quirks
 from metalboot_framework.boot_interface import Artifact, Capability
 from metalboot_framework.exceptions import ValidationFailed
 from metalboot_redfish import base
@@ -44,7 +45,8 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
 
     The firmware fetches the machine's ipxe.iso (or ipxe.efi) URL; that fetch is
     the evidence. Needs a BMC that allows BootSourceOverrideTarget UefiHttp and
-    has Boot.HttpBootUri (or the BIOS attribute HttpDev1Uri on Dell and Lenovo).
+    has Boot.HttpBootUri (or the vendor's BIOS attribute: HttpDev1Uri on Dell,
+    UrlBootFile on HPE).
     """
 
     capabilities = frozenset({Capability.NEEDS_BMC, Capability.UEFI_ONLY, Capability.IPV4,
@@ -74,9 +76,7 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
             fields["BootSourceOverrideTarget"] = [
                 f"UefiHttp is not allowed (allowed: {', '.join(state.allowed_targets)})"]
         if state.http_boot_uri_location is None:
-            attribute = state.quirks.http_boot_uri_bios_attribute or "HttpDev1Uri"
-            fields["HttpBootUri"] = [f"the system has no Boot.HttpBootUri and its BIOS no "
-                                     f"attribute {attribute}"]
+            fields["HttpBootUri"] = [quirks.missing_uri_place(state.quirks)]
         if fields:
             raise ValidationFailed(
                 f"BMC {client.address} ({state.quirks.vendor}), system {client.system_label} "
@@ -97,8 +97,10 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         uri = self.expected_uri(task)
         # the PATCH below reuses this read of the system
         self.remember_override(task, client)
-        enabled = client.set_boot_override(TARGET, enabled="Once", mode="UEFI",
-                                           http_boot_uri=uri)
+        enabled = client.set_boot_override(
+            TARGET, enabled="Once", mode="UEFI", http_boot_uri=uri,
+            on_bios_change=lambda previous: self.remember_bios(task, client, previous),
+            on_new_read=self.on_new_read(task, client))
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"BootSourceOverrideTarget=UefiHttp, Enabled={enabled}, Mode=UEFI, "
@@ -117,8 +119,10 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         return None
 
     def check_drift(self, task):
-        # drift is what the firmware uses now: the current attributes only
-        state = self.client(task).boot_state(http_boot_uri=True, pending=False)
+        # drift is what the firmware uses now: the current attributes only,
+        # and the override the next reset applies
+        state = self.client(task).boot_state(http_boot_uri=True, pending=False,
+                                             pending_boot=True)
         expected = self.expected_uri(task)
         drift = []
         if state.http_boot_uri != expected:
@@ -130,15 +134,16 @@ class RedfishHttpUrlBootInterface(base.RedfishBootInterface):
         if state.enabled in base.OVERRIDE_ACTIVE and state.target == TARGET \
                 and state.mode not in (None, "UEFI"):
             drift.append(f"BootSourceOverrideMode is {state.mode}, expected UEFI")
-        return drift
+        return drift + self.staged_override_drift(state, (TARGET,))
 
     def clean_up(self, task):
         if not task.machine.bmc or not task.machine.bmc.address:
             return
         client = self.client(task)
-        cleared = client.clear_boot_override(only_targets=(TARGET,), clear_http_boot_uri=True)
-        restored = self.restore_override(task, client)
+        cleared = client.clear_boot_override(
+            only_targets=(TARGET,), clear_http_boot_uri=True,
+            bios_before=self.found(task, "found_bios", "attributes"),
+            restore=self.found_override(task))
         task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: cleared "
-                          + (", ".join(cleared) if cleared else "nothing (already clean)")
-                          + (f"; {restored}" if restored else ""))
+                          + (", ".join(cleared) if cleared else "nothing (already clean)"))

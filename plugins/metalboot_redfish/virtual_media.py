@@ -1,9 +1,11 @@
 """``redfish-virtual-media-ipxe``: the BMC mounts an iPXE ISO and boots it once.
 
-activate: eject the CD/DVD devices' media (never another kind: an operator's
-floppy image stays), insert the partition's iPXE ISO into the first CD/DVD
-device that takes it
-(``services.partition_artifact_url``; the BMC downloads or streams it), set
+activate: eject an ISO of this interface left in a CD/DVD device, insert the
+partition's iPXE ISO into the first free CD/DVD device that takes it
+(``services.partition_artifact_url``; the BMC downloads or streams it) -- an
+operator's image is ejected only where no free device takes ours, recorded
+first, and inserted again by clean-up; other kinds (a floppy) are never
+touched -- set
 ``BootSourceOverrideTarget=Cd`` (``UsbCd`` where the BMC offers only that),
 ``Enabled=Once``, ``Mode=UEFI``, and reset. The firmware boots the ISO's El Torito
 EFI image, i.e. iPXE, which runs ``autoexec.ipxe``: SLAAC (``ifconf -c ipv6``)
@@ -17,7 +19,7 @@ import logging
 
 from metalboot_framework.bmc import media, quirks
 from metalboot_framework.boot_interface import Capability
-from metalboot_framework.exceptions import ValidationFailed
+from metalboot_framework.exceptions import BmcError, ValidationFailed
 from metalboot_redfish import base
 from metalboot_redfish import iso as iso_mod
 
@@ -95,17 +97,19 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         url = task.services.partition_artifact_url(task.partition.id, self.name, spec.name,
                                                    partition=task.partition)
         client = self.client(task)
-        # read once: eject and insert act on it; other kinds are the operator's
+        # read once: eject and insert act on it; only the boot type's devices
+        # (another kind's media is the operator's)
         found = media.devices(client, cd_only=True)
-        # only the boot type's devices: another kind's media is the operator's
-        ejected = media.eject_all(client, only=lambda d: d.is_cd, found=found)
+        # ours of an earlier activation goes; an operator's image stays
+        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image), found=found)
         # the insert acts on the devices as read back after the eject (their ETags)
-        device = media.insert_cd(client, url, found=media.replace_read(found, ejected))
+        device = self.insert(task, client, url, media.replace_read(found, ejected))
         # read after the insert: the PATCH below and the reset reuse this read
         state = client.boot_state()
         self.remember_override(task, client, state)
         target = self.cd_target(state) or "Cd"
-        enabled = client.set_boot_override(target, enabled="Once", mode="UEFI")
+        enabled = client.set_boot_override(target, enabled="Once", mode="UEFI",
+                                           on_new_read=self.on_new_read(task, client))
         task.record_event("override",
                           f"BMC {client.address} system {client.system_label}: "
                           f"ejected {len(ejected)}, inserted {url} into {device.id}, "
@@ -113,11 +117,57 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
                           quirks=client.quirks().name)
         self.reset(task, client)
 
+    def insert(self, task, client, url, found):
+        """Insert ``url`` into a CD/DVD device that holds nothing; only where
+        none takes it, eject an operator's image, recorded first (committed
+        before the eject) so that clean-up inserts it again. Returns the
+        device."""
+        free = [d for d in found if not d.has_media]
+        refused = None
+        if media.insertable_cds(free):
+            try:
+                return media.insert_cd(client, url, found=free)
+            except BmcError as exc:
+                if exc.status_code not in (400, 405):
+                    raise
+                refused = exc  # no free device takes it: try the taken ones
+        taken = [d for d in media.insert_order(client, found) if d.has_media]
+        if not taken:
+            if refused is not None:
+                raise refused
+            return media.insert_cd(client, url, found=found)  # names the devices
+        device = taken[0]
+        task.record_event("found_media",
+                          f"BMC {client.address} system {client.system_label}: "
+                          f"{device.id} holds {device.image} and no free CD/DVD device "
+                          f"takes the boot ISO; ejected, inserted again by clean-up",
+                          media={"path": device.path, "id": device.id,
+                                 "image": device.image})
+        after = media.eject(client, device)
+        return media.insert_cd(client, url, found=[after])
+
+    def restore_media(self, task, client, found):
+        """In clean_up, after ours is ejected: insert the operator's image
+        that activate ejected into its device again, unless that device
+        holds something else now."""
+        recorded = self.found(task, "found_media", "media")
+        if not recorded:
+            return None
+        device = next((d for d in found if d.path == recorded["path"]), None)
+        if device is None or device.holds(recorded["image"]):
+            return None
+        if device.has_media:
+            return (f"left {device.id} with {device.image} (it held "
+                    f"{recorded['image']} before activation)")
+        media.insert_cd(client, recorded["image"], found=[device])
+        return f"inserted {recorded['image']} into {device.id} again"
+
     def check_drift(self, task):
         client = self.client(task)
         expected = self.iso_url(task.services, task.partition)
         drift = []
-        state = client.boot_state()  # first: finding the media reuses this read
+        # first: finding the media reuses this read
+        state = client.boot_state(pending_boot=True)
         devices = media.devices(client)
         if not any(d.holds(expected) for d in devices):
             held = [f"{d.id}: {d.image}" for d in devices if d.has_media]
@@ -126,18 +176,19 @@ class RedfishVirtualMediaIpxeBootInterface(base.RedfishBootInterface):
         if state.enabled in base.OVERRIDE_ACTIVE and state.target not in CD_TARGETS:
             drift.append(f"BootSourceOverrideTarget is {state.target} (Enabled "
                          f"{state.enabled}), expected Cd")
-        return drift
+        return drift + self.staged_override_drift(state, CD_TARGETS)
 
     def clean_up(self, task):
         if not task.machine.bmc or not task.machine.bmc.address:
             return
         client = self.client(task)
         # ours is only ever inserted into a CD/DVD device
-        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image),
-                                  found=media.devices(client, cd_only=True))
+        found = media.devices(client, cd_only=True)
+        ejected = media.eject_all(client, only=lambda d: self.is_ours(d.image), found=found)
         cleared = client.clear_boot_override(only_targets=CD_TARGETS,
-                                             clear_http_boot_uri=False)
-        restored = self.restore_override(task, client)
+                                             clear_http_boot_uri=False,
+                                             restore=self.found_override(task))
+        restored = self.restore_media(task, client, media.replace_read(found, ejected))
         task.record_event("clean_up",
                           f"BMC {client.address} system {client.system_label}: ejected "
                           f"{', '.join(d.id for d in ejected) or 'nothing'}; cleared "

@@ -56,12 +56,12 @@ class VendorMockConformance(BootInterfaceConformance):
     @staticmethod
     def bmc_world(bmc):
         from redfish_mock_bmc import is_bios_settings
-        boot = bmc.boot
+        # the override of the next boot: what is staged for it over the current
+        boot = dict(bmc.boot, **(bmc.pending_system.get("Boot") or {}))
         enabled = boot.get("BootSourceOverrideEnabled")
         override = "Disabled" if enabled in (None, "Disabled") else (
             boot.get("BootSourceOverrideTarget"), enabled, boot.get("BootSourceOverrideMode"))
-        pending = dict(bmc.pending_system.get("Boot") or {})
-        world = {"override": override, "pending boot": pending,
+        world = {"override (next boot)": override,
                  "http_boot_uri": boot.get("HttpBootUri"), "power": boot and
                  bmc.docs[bmc.system_path].get("PowerState")}
         bios = dict(bmc.bios_attributes)

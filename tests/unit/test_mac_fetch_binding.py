@@ -157,7 +157,11 @@ def test_kea_dhcpv6_leases_bind(app, api, partition, kea_leases):
     with open(kea_leases, "a") as f:
         f.write(kea_row("fd55::1007", "52:54:00:00:00:04", later))
     fetch_by_mac(app, "52:54:00:00:00:04", "fd55::1007")
-    assert last_evidence(api, mid)["kind"] == "fetch"
+    bound = last_evidence(api, mid)
+    assert (bound["kind"], bound["binding"]) == ("fetch", "dhcp-lease")
+    # the lease that bound it is kept with the evidence
+    assert bound["lease"] == {"address": "fd55::1007", "mac": "52:54:00:00:00:04",
+                              "expires": later, "server": "Kea"}
 
 
 def test_a_bad_prefix_stops_the_server_naming_the_option(tmp_path):

@@ -155,3 +155,26 @@ def test_partition_boot_url_moves_every_url_of_its_machines(app, api, two_partit
     # a machine of another partition keeps the API's public URL
     assert services.task(OTHER_MID, "fake").artifact_url("boot.ipxe") \
         .startswith(services.public_url)
+
+
+def test_a_lease_that_bound_a_fetch_is_delivered_with_it(app, api, two_partitions):
+    """An agent's fetch bound by its own DHCP server's lease: the lease comes
+    with the record, is stored, and the evidence list shows it."""
+    agent, _ = agent_client(app, api)
+    lease = {"address": "fd55::1007", "mac": "52:54:00:00:00:01", "expires": 1796472000,
+             "server": "Kea"}
+    bound = dict(record(1), client_address="fd55::1007",
+                 data={"by_mac": "dhcp-lease", "lease": lease})
+    r = agent.post("/v1/partitions/p1/boot-data/evidence", json={
+        "agent": "agent-a", "journal": "j1", "records": [bound]})
+    assert r.status_code == 200 and r.json["stored"] == 1, r.json
+    [stored] = api.get(f"/v1/machines/{MID}/evidence").json["evidence"]
+    assert (stored["binding"], stored["lease"]) == ("dhcp-lease", lease)
+    # a lease that is not one is refused, naming the field
+    bad = dict(bound, seq=2, data={"by_mac": "dhcp-lease",
+                                   "lease": dict(lease, expires=1.5, mac="not-a-mac")})
+    r = agent.post("/v1/partitions/p1/boot-data/evidence", json={
+        "agent": "agent-a", "journal": "j1", "records": [bad]})
+    assert r.status_code == 422
+    assert {"records.0.data.lease.expires", "records.0.data.lease.mac"} <= set(
+        r.json["error"]["fields"]), r.json

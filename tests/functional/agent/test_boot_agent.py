@@ -295,33 +295,3 @@ def test_a_database_connection_is_refused_naming_the_option(tmp_path):
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "[database] connection" in lines[0], done.stderr
-
-
-def test_a_lease_of_the_agents_kea_binds_a_fetch_with_no_prefix(server_factory, tmp_path):
-    """The agent reads its own Kea's leases: a fetch by MAC from the address
-    that Kea leased to the machine is evidence, with the lease kept in it,
-    though no [artifacts] boot_network_prefixes is configured."""
-    from tests.unit.test_mac_fetch_binding import KEA_HEADER, kea_row
-    api = server_factory(extra_conf=f"enabled_boot_interfaces = {INTERFACES}\n").start()
-    port = free_port()
-    ids, token = setup_partition(api, 2, agent_url(port))
-    leases = tmp_path / "kea-leases6.csv"
-    expire = int(time.time()) + 3600
-    leases.write_text(KEA_HEADER + kea_row("::1", "52:54:00:00:00:01", expire))
-    agent = AgentProcess(tmp_path / "agent", api.url, token, port=port, prefixes=(),
-                         extra=f"[kea]\nlease_file = {leases}\n")
-    try:
-        agent.start()
-        assert agent.get("/boot/mac/52-54-00-00-00-01/fake/boot.ipxe").status_code == 200
-        # the other machine holds no lease of ::1: served, but unverified
-        assert agent.get("/boot/mac/52-54-00-00-00-02/fake/boot.ipxe").status_code == 200
-        agent.wait_delivered()
-    finally:
-        agent.stop()
-    [bound] = evidence(api, ids[0])
-    assert (bound["kind"], bound["binding"]) == ("fetch", "dhcp-lease")
-    assert bound["lease"] == {"address": "::1", "mac": "52:54:00:00:00:01",
-                              "expires": expire, "server": "Kea"}
-    [unbound] = evidence(api, ids[1])
-    assert (unbound["kind"], unbound["binding"], unbound["lease"]) == (
-        "unverified", "unbound", None)

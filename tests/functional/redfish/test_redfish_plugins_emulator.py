@@ -163,9 +163,11 @@ def test_virtual_media_full_cycle(sushy_emulator_with_http_boot_uri, redfish_ser
     add_machine(services, emu.url, s, interface=VMEDIA)
     task = services.task("vm1", VMEDIA)
     iface = services.interfaces.get(VMEDIA)
-    # someone left media inserted
+    # an operator's image in the only CD device: ejected for the boot,
+    # inserted again by clean-up
     partition_artifact_server.extra["/foreign.iso"] = b"foreign"
-    emu.insert(s["uuid"], partition_artifact_server.url + "/foreign.iso")
+    foreign = partition_artifact_server.url + "/foreign.iso"
+    emu.insert(s["uuid"], foreign)
 
     iface.validate(task)
     iface.prepare(task)
@@ -196,9 +198,12 @@ def test_virtual_media_full_cycle(sushy_emulator_with_http_boot_uri, redfish_ser
     emu.insert(s["uuid"], iso_url)
 
     iface.clean_up(task)
-    assert all(not m["Inserted"] and not m["Image"] for m in emu.media(s["uuid"]).values())
+    media = emu.media(s["uuid"])
+    assert media.pop("Cd")["Image"] == foreign
+    assert all(not m["Inserted"] and not m["Image"] for m in media.values())
     assert emu.system(s["uuid"])["Boot"]["BootSourceOverrideEnabled"] == "Disabled"
     iface.clean_up(task)
+    assert emu.media(s["uuid"])["Cd"]["Image"] == foreign
 
 
 def test_virtual_media_iso_cached_per_partition(redfish_services):

@@ -127,6 +127,50 @@ def test_every_vendor_migrates_or_is_refused_untouched(server_factory, vendor_bm
         assert bmc.docs == found[mid], vendor  # the BMC as it was found
 
 
+def _operators_iso_in_the_only_cd(bmc):
+    """The iLO 5 stand-in with the DMTF media actions on its one CD/DVD
+    device (the captured payload offers only HPE's OEM ones), holding an
+    operator's ISO that activate has to eject."""
+    device = bmc.device("2")
+    device["Actions"] = {f"#VirtualMedia.{name}": {
+        "target": f"/redfish/v1/Managers/1/VirtualMedia/2/Actions/VirtualMedia.{name}"}
+        for name in ("InsertMedia", "EjectMedia")}
+    device.update(Image="http://192.168.1.2/operator.iso", Inserted=True)
+
+
+def test_a_rollback_leaves_every_vendors_bmc_as_found(server_factory, vendor_bmc):
+    """Machines whose firmware never fetches anything (no evidence) are rolled
+    back at their boot_timeout: the target's clean-up leaves the BIOS
+    attributes, Boot properties and media of the next boot as they were
+    before activation, on every vendor, for each interface it migrates with
+    -- the attributes a vendor rule changed (Dell HttpDev1Protocol) and an
+    operator's image ejected from iLO's only CD device included."""
+    server = start_server(server_factory)
+    machines = {}  # machine id -> (vendor, interface, mock BMC, next boot before)
+    cases = [(vendor, interface, None) for vendor in sorted(EXPECTED)
+             for interface in (HTTP, VMEDIA) if EXPECTED[vendor][interface] is None]
+    cases.append(("hpe-ilo5", VMEDIA, _operators_iso_in_the_only_cd))
+    for index, (vendor, interface, before) in enumerate(cases):
+        bmc = vendor_bmc(vendor, uefi=True)
+        if before is not None:
+            before(bmc)
+        mid = f"d0e12000-0000-4000-8000-0000000001{index:02d}"
+        machines[mid] = (vendor, interface, bmc, bmc.next_boot())
+        mac = f"52:54:00:7f:00:{index:02x}"
+        assert server.request("POST", "/v1/machines", json=machine_body(
+            mid, bmc, mac)).status_code == 201
+    for interface in (HTTP, VMEDIA):
+        ids = [mid for mid, (_v, i, _b, _n) in machines.items() if i == interface]
+        m = wait_for(server, migrate(server, ids, target=interface, max_parallel=len(ids),
+                                     boot_timeout=2)["id"], timeout=120)
+        per = machine_states(server, m["id"])
+        for mid in ids:
+            vendor, _i, bmc, found = machines[mid]
+            assert per[mid]["state"] == "rolled_back", (vendor, interface, per[mid])
+            assert bmc.resets == ["ForceRestart"], (vendor, interface)  # it was activated
+            assert bmc.next_boot() == found, (vendor, interface)
+
+
 @dataclasses.dataclass(frozen=True)
 class Fault:
     """One fault of the mock BMC, set up by ``inject(bmc)`` before the

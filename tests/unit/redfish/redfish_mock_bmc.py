@@ -488,6 +488,10 @@ class MockRedfishBmc:
         if self.pending_system:
             merge(self.docs[self.system_path], self.pending_system)
             self.pending_system = {}
+            # applied: the settings object no longer holds it (as with BIOS below)
+            settings = normalise(((self.docs[self.system_path].get("@Redfish.Settings")
+                                   or {}).get("SettingsObject") or {}).get("@odata.id") or "-")
+            self.docs.get(settings, {}).pop("Boot", None)
         for path, doc in list(self.docs.items()):
             if not is_bios_settings(path):
                 continue
@@ -572,6 +576,23 @@ class MockRedfishBmc:
     @property
     def boot(self):
         return self.docs[self.system_path]["Boot"]
+
+    def next_boot(self):
+        """What the next boot uses: BIOS attributes and Boot, pending over
+        current, and each CD/DVD device's (Image, Inserted)."""
+        bios = dict(self.bios_attributes)
+        for path, doc in self.docs.items():
+            if is_bios_settings(path):
+                bios.update(doc.get("Attributes") or {})
+        system = self.docs[self.system_path]
+        boot = dict(system.get("Boot") or {})
+        settings = normalise(((system.get("@Redfish.Settings") or {}).get("SettingsObject")
+                              or {}).get("@odata.id") or "-")
+        boot.update((self.docs.get(settings) or {}).get("Boot") or {})
+        media = {doc.get("Id"): (doc.get("Image"), bool(doc.get("Inserted")))
+                 for doc in self.docs.values()
+                 if {"CD", "DVD"} & set(doc.get("MediaTypes") or ())}
+        return {"bios": bios, "boot": boot, "media": media}
 
     @property
     def bios_attributes(self):

@@ -95,6 +95,11 @@ PROFILES = {
              "iDRAC9 firmware 7.x (Dell iDRAC9 release notes); the captured manager is 17G"),
             (DELL_SYSTEM + "/Bios", {"Attributes": dict(DELL_HTTP_DEVICE, BootMode="Uefi")},
              "Dell BIOS attribute registry HttpDev1*"),
+            ("/redfish/v1/", {"Vendor": "Dell",
+                              "Product": "Integrated Dell Remote Access Controller"},
+             "an iDRAC's service root names vendor and product (ServiceRoot v1_5 Vendor, "
+             "Product): stmcginnis/gofish oem/dell/test/dell_test.go at d3e2dde6b4cc; "
+             "the captured one is trimmed to its links"),
         ),
         bios_apply="job",
         busy=(400, "IDRAC.2.8.SYS518", "iDRAC is not ready. The configuration values "
