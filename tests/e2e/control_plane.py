@@ -61,6 +61,7 @@ class ControlPlane:
         self.postgres = None
         self.database = None  # URL of metalboot's database for the test process
         self.api = self.conductor = None
+        self.conf = None  # the configuration file of the API and the conductor
         self.api_paused = False
 
     # -- network ------------------------------------------------------------------------
@@ -133,7 +134,7 @@ class ControlPlane:
         self.postgres = PostgresServer(netns=self.netns, listen="*").start()
         self.database = self.postgres.create_database()
         name = sqlalchemy.engine.make_url(self.database).database
-        conf = os.path.join(self.h.workdir, "control-plane.conf")
+        conf = self.conf = os.path.join(self.h.workdir, "control-plane.conf")
         with open(conf, "w") as f:
             f.write(conf_text + f"\n[database]\nconnection = postgresql+psycopg://postgres@"
                                 f"127.0.0.1:{self.postgres.port}/{name}\n")

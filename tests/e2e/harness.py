@@ -333,6 +333,7 @@ class Harness:
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
+        self.server_conf = None  # metalboot-server's, or the API's and the conductor's
         self.state_dir = os.path.join(self.workdir, "metalboot-state")
         self._partition_made = False
 
@@ -536,7 +537,7 @@ class Harness:
         return [c for c in lines if since is None or c["time"] >= since]
 
     def _metalboot_server(self):
-        conf = os.path.join(self.workdir, "metalboot.conf")
+        conf = self.server_conf = os.path.join(self.workdir, "metalboot.conf")
         with open(conf, "w") as f:
             f.write(self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL))
         self.server = self._spawn("metalboot-server", [
@@ -548,6 +549,7 @@ class Harness:
         self.control.start(self._metalboot_conf(CONTROL_V6, API_PORT, API_URL),
                            self._metalboot_env())
         self.server = self.control.api
+        self.server_conf = self.control.conf
 
     def _agents(self):
         """The partition and its boot agents. With the control plane apart the

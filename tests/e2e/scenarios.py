@@ -226,9 +226,9 @@ def dhcp_by_agents(h, interface, since, rows):
     boot agents: ``GET /v1/partitions/{id}/dhcp-agents`` lists each agent that
     drives the DHCP servers fresh, applying ``interface`` at a cursor > 0 with
     no error; the servers' files (dnsmasq's hosts and opts, Kea's included
-    reservations) hold each machine's MAC; the directory the configuration of
-    metalboot-server (or of the API and conductor) names for those files was
-    never made; and no evidence of the machines through ``interface`` since
+    reservations) hold each machine's MAC; the configuration of metalboot-server
+    (or of the API and conductor) names none of their directories, and the one
+    it names instead was never made; and no evidence of the machines through ``interface`` since
     ``since`` is unverified. Notes the agents on the rows."""
     if interface not in DHCP_INTERFACES:
         return
@@ -244,6 +244,12 @@ def dhcp_by_agents(h, interface, since, rows):
     missing = [m.name for m in h.machines if m.mac.lower() not in text]
     if missing:
         raise ScenarioFailed(f"the DHCP servers' files name no MAC of {missing}", rows, h)
+    with open(h.server_conf) as f:
+        conf = f.read()
+    named = [path for path in h.dhcp_files() if os.path.dirname(path) in conf]
+    if named:
+        raise ScenarioFailed(f"{h.server_conf} names the DHCP servers' files: {named}",
+                             rows, h)
     if os.path.exists(h.no_dhcp_dir):
         raise ScenarioFailed(f"{h.no_dhcp_dir} was made: something but the agents wrote "
                              f"DHCP files: {os.listdir(h.no_dhcp_dir)}", rows, h)

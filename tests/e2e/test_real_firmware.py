@@ -16,6 +16,7 @@ names the path (``test_migration_boots_to_the_report[dhcp-httpboot]``) and
 import pytest
 
 from tests.e2e import scenarios
+from tests.e2e.harness import DHCP_INTERFACES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -41,6 +42,7 @@ def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
     report. The legacy path, with DHCPv4."""
     rows = reported(e2e_report, scenarios.enrol_and_boot, boot_network(machines=1), path)
     assert [(r.outcome, r.evidence.split()[0]) for r in rows] == [("booted", "boot.ipxe")]
+    assert all("DHCP by e2e-dhcp-agent at cursor " in r.note for r in rows), rows
     assert [stage.split()[0] for stage in rows[0].chain.split(" > ")] == [
         "boot.ipxe", "vmlinuz", "initrd.img", "report"]
 
@@ -87,6 +89,8 @@ def test_migration_boots_to_the_report(boot_network, e2e_report, path):
                 if " by MAC from " in part}
     assert bindings <= BY_MAC[path] and bool(bindings) == bool(BY_MAC[path]), [
         r.note for r in rows]
+    # pxe's and dhcp-httpboot's DHCP answers came from the partition's agent
+    assert all(("DHCP by " in r.note) == (path in DHCP_INTERFACES) for r in rows), rows
 
 
 @pytest.mark.parametrize("path", [scenarios.ROLLBACK_SOURCE])
@@ -102,6 +106,7 @@ def test_rollback_boots_the_source_to_the_report(boot_network, e2e_report, path)
     assert [r.outcome for r in again] == ["booted again"]
     assert [s.split()[0] for s in again[0].chain.split(" > ")] == (
         scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
+    assert "DHCP by e2e-dhcp-agent at cursor " in again[0].note, again
 
 
 @pytest.mark.parametrize("path", ["redfish-http-url"])
@@ -141,6 +146,7 @@ def test_agent_boots_to_the_report(boot_network, e2e_report, path):
         scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
     assert rows[0].evidence.startswith("boot.ipxe from " if path == "pxe"
                                        else "report from fd55:"), rows[0].evidence
+    assert ("DHCP by e2e-agent at cursor " in rows[0].note) == (path in DHCP_INTERFACES), rows
 
 
 @pytest.mark.parametrize("path", ["redfish-virtual-media-ipxe"])
