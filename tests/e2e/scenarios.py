@@ -309,9 +309,11 @@ def pxe_smoke(h):
 def single_path(h, target, source="fake"):
     """Machines registered on ``source`` (not booted) migrated to ``target``."""
     h.register(source)
+    t0 = time.time()
     per, rows = migrate(h, target, "migrate",
                         boot_timeout=45 if target == BROKEN else BOOT_TIMEOUT,
                         expect="rolled_back" if target == BROKEN else "done")
+    dhcp_by_agents(h, target, t0, rows)
     return rows
 
 
