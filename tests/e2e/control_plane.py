@@ -19,19 +19,18 @@ route back to fd55::/64).
 
 The agent has a token made through the API and no database; the partition's
 ``boot_url`` is the agent's address, so every URL a machine is given points at
-it. The DHCP backends' files and Kea's control socket are paths on the shared
-file system: the conductor writes them from its namespace.
+it. The agent also drives the partition's dnsmasq and Kea (their files, Kea's
+control socket): the conductor publishes DHCP entries and waits until the
+agent applied them; its configuration names no DHCP server's file.
 """
 
 import os
 import signal
 import sys
-import time
 
-import requests
 import sqlalchemy
 
-from tests.e2e.harness import HarnessError, Proc, sh
+from tests.e2e.harness import Proc, sh, wait_until
 from tests.pgserver import PostgresServer
 
 CONTROL_V6, UPLINK_V6 = "fd56::1", "fd56::2"  # the veth link: control plane, partition
@@ -61,8 +60,8 @@ class ControlPlane:
         self.netns_made = False
         self.postgres = None
         self.database = None  # URL of metalboot's database for the test process
-        self.api = self.conductor = self.agent = None
-        self.agents = {}  # agent id -> how to start it, its /healthz URL, its process
+        self.api = self.conductor = None
+        self.conf = None  # the configuration file of the API and the conductor
         self.api_paused = False
 
     # -- network ------------------------------------------------------------------------
@@ -135,7 +134,7 @@ class ControlPlane:
         self.postgres = PostgresServer(netns=self.netns, listen="*").start()
         self.database = self.postgres.create_database()
         name = sqlalchemy.engine.make_url(self.database).database
-        conf = os.path.join(self.h.workdir, "control-plane.conf")
+        conf = self.conf = os.path.join(self.h.workdir, "control-plane.conf")
         with open(conf, "w") as f:
             f.write(conf_text + f"\n[database]\nconnection = postgresql+psycopg://postgres@"
                                 f"127.0.0.1:{self.postgres.port}/{name}\n")
@@ -145,8 +144,8 @@ class ControlPlane:
                         "--config-file", conf]}
         self.env = env
         self.api = self._spawn(API)
-        self._wait(lambda: self.in_ns(sys.executable, "-c", API_UP, check=False).returncode == 0,
-                   API)
+        wait_until(lambda: self.in_ns(sys.executable, "-c", API_UP,
+                                      check=False).returncode == 0, API, self.api)
         self.conductor = self._spawn(CONDUCTOR)
 
     def _spawn(self, name):
@@ -155,68 +154,6 @@ class ControlPlane:
                            cwd=self.h.workdir)
         self.h.procs.append(proc)
         return proc
-
-    def _wait(self, ready, what, timeout=60, proc=None):
-        deadline = time.monotonic() + timeout
-        proc = proc or self.api
-        while not ready():
-            if not proc.alive():
-                raise HarnessError(f"{proc.name} exited ({proc.popen.returncode}):\n"
-                                          f"{proc.log()}")
-            if time.monotonic() > deadline:
-                raise HarnessError(f"{what} not ready after {timeout} s:\n{proc.log()}")
-            time.sleep(0.2)
-
-    def start_agent(self, conf_text, env, partition, listen, url, agent_id=AGENT_ID,
-                    netns=None):
-        """A token of ``partition`` made through the API, and an agent with it in
-        ``netns`` (the partition's namespace by default); returns when its
-        /healthz (at ``url``) says it is fresh."""
-        token = self.h.api("POST", f"/v1/partitions/{partition}/agent-tokens", expect=201,
-                           json={"description": f"e2e partition agent {agent_id}"})["token"]
-        directory = os.path.join(self.h.workdir, agent_id)
-        os.makedirs(directory, exist_ok=True)
-        token_file = os.path.join(directory, "token")
-        with open(token_file, "w") as f:
-            f.write(token + "\n")
-        os.chmod(token_file, 0o600)
-        conf = os.path.join(directory, "agent.conf")
-        with open(conf, "w") as f:
-            f.write(conf_text.replace(f"state_path = {self.h.state_dir}",
-                                      f"state_path = {directory}/state-path")
-                    + f"\n[agent]\napi_url = {API_URL}\ntoken_file = {token_file}\n"
-                      f"partitions = {partition}\nlisten = {listen}\n"
-                      f"state_dir = {directory}/state\nagent_id = {agent_id}\n")
-        self.agents[agent_id] = {
-            "cmd": ["ip", "netns", "exec", netns or self.h.netns,
-                    os.path.join(os.path.dirname(sys.executable), "metalboot-boot-agent"),
-                    "--config-file", conf],
-            "env": env, "cwd": directory, "url": url}
-        return self.restart_agent(agent_id)
-
-    def restart_agent(self, agent_id):
-        """(Re)start an agent on its state directory; returns when it is fresh."""
-        spec = self.agents[agent_id]
-        proc = Proc(agent_id, spec["cmd"], os.path.join(self.h.workdir, f"{agent_id}.log"),
-                    env=spec["env"], cwd=spec["cwd"])
-        self.h.procs.append(proc)
-        spec["proc"] = proc
-        if self.agent is None:
-            self.agent = proc
-
-        def fresh():
-            try:
-                return requests.get(spec["url"] + "/healthz", timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-        self._wait(fresh, agent_id, proc=proc)
-        return proc
-
-    def kill_agent(self, agent_id):
-        """SIGKILL, as a crash: nothing flushed, its journal left as it is on disk."""
-        proc = self.agents[agent_id]["proc"]
-        proc.popen.send_signal(signal.SIGKILL)
-        proc.popen.wait(10)
 
     def evidence_rows(self):
         """Every boot_evidence row (with ``delivery``: the agent id and journal

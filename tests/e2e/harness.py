@@ -9,16 +9,19 @@ removed on close even when a step failed)::
        |                     (one per machine, started and reset by its BMC below)
       radvd        SLAAC prefix fd55::/64, RDNSS fd55::1
       dnsmasq      (not with ipv6_only) DHCPv4 + TFTP (trixie snponly.efi), the
-                   operator snippet of doc/boot-interfaces/dhcp.rst; metalboot
+                   operator snippet of doc/boot-interfaces/dhcp.rst; the agent
                    writes --dhcp-hostsdir/optsdir
       kea-dhcp6    the operator snippet of doc/boot-interfaces/dhcp.rst (a pool
-                   for the firmware's address); metalboot writes the included
+                   for the firmware's address); the agent writes the included
                    reservations, reloads over the control socket and reads the
-                   memfile lease file; its pool is the boot network prefix
+                   memfile lease file
       image server [fd55::1]:8081, the partition's kernel_url/initrd_url: the
                    test metal-hammer (metal_hammer.py), every request logged
       metalboot-server  [fd55::1]:8080 (API, artifacts, conductor), public_url
-                   http://[fd55::1]:8080
+                   http://[fd55::1]:8080; its configuration names no DHCP file
+      metalboot-boot-agent  [fd55::1]:8082, of the partition (a token made through
+                   the API): applies the DHCP entries the pxe and dhcp-httpboot
+                   steps publish to dnsmasq and Kea; the steps wait for it
       qemu_bmc.py  one Redfish BMC per machine on 127.0.0.1:81NN *of the namespace*:
                    sushy-emulator (fake driver) linked to the machine's QEMU process
 
@@ -26,8 +29,13 @@ removed on close even when a step failed)::
 (:mod:`tests.e2e.control_plane`): PostgreSQL, metalboot-api and
 metalboot-conductor run in a namespace of their own, which the partition
 reaches only at the API's port, and metalboot-boot-agent serves the machines
-on [fd55::1]:8080 in place of metalboot-server; ``agents=2``: two agents on
-one anycast address behind an ECMP route (:mod:`tests.e2e.anycast`).
+on [fd55::1]:8080 in place of metalboot-server, and drives dnsmasq and Kea;
+``agents=2``: two agents on one anycast address behind an ECMP route
+(:mod:`tests.e2e.anycast`), the first of them driving dnsmasq and Kea.
+
+``[artifacts] boot_network_prefixes`` is configured only if a test asks for
+it (``boot_network_prefixes``): the DHCP paths bind the machines' fetches by
+token, SLAAC addresses by their EUI-64, DHCP leases by the agent's lease files.
 
 ``ipv6_only=True`` is the boot network of the layer-3 paths: no DHCPv4 server,
 no IPv4 address on the bridge, NICs registered without ``ipv4_address``, ``pxe``
@@ -92,6 +100,10 @@ KEA_POOL = "fd55::1000/116"  # fd55::1000-fd55::1fff: the firmware's DHCPv6 addr
 SERVER_PORT = 8080
 IMAGE_PORT = 8081  # the partition's image server: metal-hammer's kernel and initrd
 IMAGE_URL = f"http://[{V6_SERVER}]:{IMAGE_PORT}"
+AGENT_PORT = 8082  # beside metalboot-server: the agent that drives dnsmasq and Kea
+DHCP_AGENT_ID = "e2e-dhcp-agent"
+#: The boot interfaces whose DHCP entries the partition's agents apply.
+DHCP_INTERFACES = ("pxe", "dhcp-httpboot")
 TLS_PORT = 8443  # a TLS front of metalboot-server: the firmware's HTTPS boot URL
 TLS_URL = f"https://[{V6_SERVER}]:{TLS_PORT}"
 CA_OWNER = "e2e00000-0000-4000-8000-00000000ca01"  # owner GUID of the CA in the ESL
@@ -163,6 +175,17 @@ def utc_epoch(iso_or_naive):
     else:
         value = iso_or_naive
     return value.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def wait_until(ready, what, proc, timeout=60):
+    """Until ``ready()``; HarnessError with ``proc``'s log if it exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if not proc.alive():
+            raise HarnessError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.log()}")
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{what} not ready after {timeout} s:\n{proc.log()}")
+        time.sleep(0.2)
 
 
 class Proc:
@@ -265,7 +288,8 @@ class Harness:
     """The boot network, its servers, metalboot-server and N machines with BMCs."""
 
     def __init__(self, machines=2, workdir=None, ipxe_dir=None, log=None, keep_workdir=None,
-                 ipv6_only=False, trusted_ca=True, agent=False, agents=1):
+                 ipv6_only=False, trusted_ca=True, agent=False, agents=1,
+                 boot_network_prefixes=()):
         self.count = machines
         self.ipv6_only = ipv6_only
         self.interfaces = IPV6_ONLY_INTERFACES if ipv6_only else BOOT_INTERFACES
@@ -298,11 +322,18 @@ class Harness:
             from tests.e2e.anycast import ANYCAST_V6, AnycastAgents
             self.anycast = AnycastAgents(self)
             self.boot_host = ANYCAST_V6
+        self.boot_network_prefixes = list(boot_network_prefixes)
+        # where the configuration of metalboot-server, the API and the conductor
+        # puts the DHCP servers' files: nowhere (only the agents write them)
+        self.no_dhcp_dir = os.path.join(self.workdir, "no-dhcp-files-outside-the-agents")
+        self.agent_specs = {}  # agent id -> how to start it, its URL, its process
+        self.dhcp_agent_ids = []  # the agents that drive the DHCP servers
         self.agent_urls = {}  # agent id -> its base URL for the test, through a forwarder
         self.agent_url = None  # the (first) agent's
         self.machines = [Machine(self, i) for i in range(machines)]
         self.server_url = None
         self.server = None
+        self.server_conf = None  # metalboot-server's, or the API's and the conductor's
         self.state_dir = os.path.join(self.workdir, "metalboot-state")
         self._partition_made = False
 
@@ -347,8 +378,7 @@ class Harness:
         self._bmcs()
         self._forwarder()
         self._wait_ready()
-        if self.control:
-            self._agent()
+        self._agents()
         self.log(f"boot network {self.netns} with {self.count} machine(s) ready in "
                  f"{time.monotonic() - t0:.1f} s (workdir {self.workdir})")
 
@@ -507,7 +537,7 @@ class Harness:
         return [c for c in lines if since is None or c["time"] >= since]
 
     def _metalboot_server(self):
-        conf = os.path.join(self.workdir, "metalboot.conf")
+        conf = self.server_conf = os.path.join(self.workdir, "metalboot.conf")
         with open(conf, "w") as f:
             f.write(self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL))
         self.server = self._spawn("metalboot-server", [
@@ -519,23 +549,115 @@ class Harness:
         self.control.start(self._metalboot_conf(CONTROL_V6, API_PORT, API_URL),
                            self._metalboot_env())
         self.server = self.control.api
+        self.server_conf = self.control.conf
 
-    def _agent(self):
-        """The partition, booting from the agents' address, and the agents."""
-        from tests.e2e.control_plane import AGENT_ID
+    def _agents(self):
+        """The partition and its boot agents. With the control plane apart the
+        machines boot from the agents' address; with metalboot-server one agent
+        beside it (its own port) only drives the DHCP servers."""
+        if not self.control:
+            self._make_partition()
+            listen = f"[{V6_SERVER}]:{AGENT_PORT}"
+            self.start_agent(DHCP_AGENT_ID, self.netns, listen, PUBLIC_URL)
+            self.wait_dhcp_agents()
+            return
+        from tests.e2e.control_plane import AGENT_ID, API_URL
         listen = f"[{self.boot_host}]:{SERVER_PORT}"
         self._make_partition(boot_url=f"http://{listen}")
         where = {AGENT_ID: self.netns}
         if self.anycast:
             where = {f"{AGENT_ID}-{key}": netns for key, netns in self.anycast.netns.items()}
-        conf = self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL)
-        for agent_id, netns in where.items():
-            port, = self._forward(netns, [listen], f"{agent_id}-forwarder")
-            self.agent_urls[agent_id] = f"http://127.0.0.1:{port}"
-            self.control.start_agent(conf, self._metalboot_env(), PARTITION, listen,
-                                     self.agent_urls[agent_id], agent_id=agent_id,
-                                     netns=netns)
+        for n, (agent_id, netns) in enumerate(where.items()):
+            # one dnsmasq and one Kea in the partition: the first agent drives them
+            self.start_agent(agent_id, netns, listen, API_URL, dhcp_servers=n == 0)
         self.agent_url = next(iter(self.agent_urls.values()))
+        self.wait_dhcp_agents()
+
+    def start_agent(self, agent_id, netns, listen, api_url, dhcp_servers=True):
+        """metalboot-boot-agent of the partition in ``netns`` on ``listen``, with
+        a token made through the API; ``dhcp_servers``: it applies the DHCP
+        entries to the harness's dnsmasq and Kea (else it serves no DHCP
+        interface). Returns when its /healthz says it is fresh."""
+        port, = self._forward(netns, [listen], f"{agent_id}-forwarder")
+        if dhcp_servers:
+            self.dhcp_agent_ids.append(agent_id)
+        self.agent_urls[agent_id] = f"http://127.0.0.1:{port}"
+        token = self.api("POST", f"/v1/partitions/{PARTITION}/agent-tokens", expect=201,
+                         json={"description": f"e2e partition agent {agent_id}"})["token"]
+        directory = os.path.join(self.workdir, agent_id)
+        os.makedirs(directory, exist_ok=True)
+        token_file = os.path.join(directory, "token")
+        with open(token_file, "w") as f:
+            f.write(token + "\n")
+        os.chmod(token_file, 0o600)
+        text = self._metalboot_conf(V6_SERVER, SERVER_PORT, PUBLIC_URL, dhcp_servers=True)
+        if not dhcp_servers:
+            text = text.replace(f"enabled_boot_interfaces = {','.join(self.interfaces)}",
+                                "enabled_boot_interfaces = " + ",".join(
+                                    i for i in self.interfaces if i not in DHCP_INTERFACES))
+        conf = os.path.join(directory, "agent.conf")
+        with open(conf, "w") as f:
+            f.write(text.replace(f"state_path = {self.state_dir}",
+                                 f"state_path = {directory}/state-path")
+                    + f"\n[agent]\napi_url = {api_url}\ntoken_file = {token_file}\n"
+                      f"partitions = {PARTITION}\nlisten = {listen}\n"
+                      f"state_dir = {directory}/state\nagent_id = {agent_id}\n")
+        self.agent_specs[agent_id] = {
+            "cmd": ["ip", "netns", "exec", netns,
+                    os.path.join(os.path.dirname(sys.executable), "metalboot-boot-agent"),
+                    "--config-file", conf],
+            "cwd": directory, "url": self.agent_urls[agent_id]}
+        return self.restart_agent(agent_id)
+
+    def restart_agent(self, agent_id):
+        """(Re)start an agent on its state directory; returns when it is fresh."""
+        spec = self.agent_specs[agent_id]
+        proc = Proc(agent_id, spec["cmd"], os.path.join(self.workdir, f"{agent_id}.log"),
+                    env=self._metalboot_env(), cwd=spec["cwd"])
+        self.procs.append(proc)
+        spec["proc"] = proc
+
+        def fresh():
+            try:
+                return requests.get(spec["url"] + "/healthz", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_until(fresh, agent_id, proc)
+        return proc
+
+    def kill_agent(self, agent_id):
+        """SIGKILL, as a crash: nothing flushed, its journal left as it is on disk."""
+        proc = self.agent_specs[agent_id]["proc"]
+        proc.popen.send_signal(signal.SIGKILL)
+        proc.popen.wait(10)
+
+    def dhcp_agents(self):
+        """GET /v1/partitions/{id}/dhcp-agents: what the agents applied."""
+        return self.api("GET", f"/v1/partitions/{PARTITION}/dhcp-agents")
+
+    def wait_dhcp_agents(self, timeout=30):
+        """Until the agents that drive DHCP servers are listed fresh (the
+        prepare steps of pxe and dhcp-httpboot wait for them)."""
+        ids = self.dhcp_agent_ids
+
+        def listed():
+            fresh = {a["agent"] for a in self.dhcp_agents()["agents"] if a["fresh"]}
+            return set(ids) <= fresh
+        wait_until(listed, "DHCP agents " + ", ".join(ids),
+                   self.agent_specs[ids[0]]["proc"], timeout)
+
+    def dhcp_files(self):
+        """{path: text} of what the DHCP servers read of metalboot: dnsmasq's
+        hosts and opts files, Kea's included reservations."""
+        paths = [self.kea_include]
+        if not self.ipv6_only:
+            paths += [os.path.join(d, name) for key, d in self.dnsmasq_dirs.items()
+                      if key != "tftp" for name in sorted(os.listdir(d))]
+        found = {}
+        for path in paths:
+            with open(path) as f:
+                found[path] = f.read()
+        return found
 
     def _metalboot_env(self):
         env = dict(os.environ)
@@ -543,24 +665,34 @@ class Harness:
             [PLUGIN_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         return env
 
-    def _metalboot_conf(self, host, port, public_url):
+    def _metalboot_conf(self, host, port, public_url, dhcp_servers=False):
         """metalboot's configuration: of metalboot-server, or of the API and conductor
-        (plus [database]), or of the agent (plus [agent])."""
+        (plus [database]), or of the agent (plus [agent]). Only an agent's
+        (``dhcp_servers``) names the DHCP servers' files; the others name paths
+        in :attr:`no_dhcp_dir`, which does not exist."""
         os.makedirs(self.state_dir, exist_ok=True)
         ipxe_efi = os.path.join(self.ipxe_dir, "ipxe.efi")
+        kea = (self.kea_include, self.kea_socket, self.kea_leases)
+        if not dhcp_servers:
+            kea = [os.path.join(self.no_dhcp_dir, os.path.basename(p)) for p in kea]
         with io.StringIO() as f:
             f.write(METALBOOT_CONF.format(
                 state=self.state_dir, interfaces=",".join(self.interfaces), server=host,
                 port=port, public_url=public_url, token=ADMIN_TOKEN,
                 ipxe_efi=ipxe_efi, dns6=V6_SERVER,
-                kea_include=self.kea_include, kea_socket=self.kea_socket,
-                kea_leases=self.kea_leases, kea_pool=KEA_POOL))
+                kea_include=kea[0], kea_socket=kea[1], kea_leases=kea[2],
+                artifacts=METALBOOT_ARTIFACTS_CONF.format(
+                    prefixes=",".join(self.boot_network_prefixes))
+                if self.boot_network_prefixes else ""))
             if not self.ipv6_only:
+                root = os.path.dirname(self.dnsmasq_pid_file)
+                if not dhcp_servers:
+                    root = self.no_dhcp_dir
                 f.write(METALBOOT_IPV4_CONF.format(
-                    dns4=V4_SERVER, hosts=self.dnsmasq_dirs["hosts"],
-                    opts=self.dnsmasq_dirs["opts"], dnsmasq_pid=self.dnsmasq_pid_file,
-                    dnsmasq_leases=os.path.join(os.path.dirname(self.dnsmasq_pid_file),
-                                                "leases")))
+                    dns4=V4_SERVER, hosts=os.path.join(root, "hosts"),
+                    opts=os.path.join(root, "opts"),
+                    dnsmasq_pid=os.path.join(root, "dnsmasq.pid"),
+                    dnsmasq_leases=os.path.join(root, "leases")))
             else:
                 f.write("ipv4_backend =\n")  # still [dhcp_httpboot]: no DHCPv4 answers
             if self.https:
@@ -923,13 +1055,7 @@ port = {port}
 public_url = {public_url}
 admin_tokens = {token}
 
-[artifacts]
-# Kea's DHCPv6 pool. OVMF releases its DHCPv6 lease when it starts the image
-# it fetched, and the ISO's iPXE (redfish-http-url) goes on using the address
-# from the firmware's cached answer: Kea's lease file no longer binds it.
-# SLAAC addresses are bound by their EUI-64, Kea's live leases by lease_file.
-boot_network_prefixes = {kea_pool}
-
+{artifacts}
 [conductor]
 poll_interval = 0.2
 drift_check_interval = 0
@@ -961,6 +1087,13 @@ efi_x64_boot_file = snponly.efi
 [dhcp_httpboot]
 ipv6_backend = kea
 ipxe_efi_path = {ipxe_efi}
+"""
+
+# Only for a boot path that needs it (Harness(boot_network_prefixes=...)):
+# addresses bound to no machine but by the prefix.
+METALBOOT_ARTIFACTS_CONF = """\
+[artifacts]
+boot_network_prefixes = {prefixes}
 """
 
 # Only on a network with IPv4 (the legacy pxe path): dnsmasq's DHCPv4.

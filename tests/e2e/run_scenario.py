@@ -61,8 +61,10 @@ def main(argv=None):
     # pxe needs DHCPv4; every other scenario runs on an IPv6-only boot network.
     ipv6_only = args.scenario in waves or (
         args.scenario == "path" and "pxe" not in (args.target, args.source))
+    through = scenarios.CHAIN if args.scenario == "chain" else [args.target, args.source]
     harness = Harness(machines=count, workdir=args.workdir, ipv6_only=ipv6_only, agent=agent,
-                      agents=2 if args.scenario == "agent-kill" else 1)
+                      agents=2 if args.scenario == "agent-kill" else 1,
+                      boot_network_prefixes=scenarios.prefixes(*through))
     failed = True
     started = time.monotonic()
     try:

@@ -10,12 +10,13 @@ Migrations require the boot report (``require_boot_report``).
 
 import dataclasses
 import json
+import os
 import time
 from typing import List, Optional
 
 import requests
 
-from tests.e2e.harness import PARTITION, HarnessError, utc_epoch
+from tests.e2e.harness import DHCP_INTERFACES, KEA_POOL, PARTITION, HarnessError, utc_epoch
 
 #: The per-machine artifact whose fetch a migration to each interface waits for
 #: (the first one the firmware or iPXE fetches on that path).
@@ -47,6 +48,18 @@ BROKEN = "e2e-http-url-404"
 #: The path a broken migration rolls back to, and that then boots to the report again.
 ROLLBACK_SOURCE = "dhcp-httpboot"
 BOOT_TIMEOUT = 600  # activation to the report: OVMF, iPXE and a kernel on a busy TCG host
+
+#: ``[artifacts] boot_network_prefixes`` of the paths that need one (no other path
+#: has it). OVMF releases its DHCPv6 lease when it starts the image it fetched,
+#: and the ISO's iPXE (redfish-http-url) goes on using the address from the
+#: firmware's cached answer: Kea's lease file no longer binds it, Kea's pool does.
+#: The DHCP paths fetch by token; SLAAC addresses are bound by their EUI-64.
+BOOT_NETWORK_PREFIXES = {"redfish-http-url": [KEA_POOL]}
+
+
+def prefixes(*paths):
+    """The boot network prefixes a harness booting through ``paths`` needs."""
+    return sorted({p for path in paths for p in BOOT_NETWORK_PREFIXES.get(path, ())})
 
 
 @dataclasses.dataclass
@@ -208,6 +221,50 @@ class ScenarioFailed(HarnessError):
         self.rows = rows
 
 
+def dhcp_by_agents(h, interface, since, rows):
+    """The machines' DHCP answers for ``interface`` came from the partition's
+    boot agents: ``GET /v1/partitions/{id}/dhcp-agents`` lists each agent that
+    drives the DHCP servers fresh, applying ``interface`` at a cursor > 0 with
+    no error; the servers' files (dnsmasq's hosts and opts, Kea's included
+    reservations) hold each machine's MAC; the configuration of metalboot-server
+    (or of the API and conductor) names none of their directories, and the one
+    it names instead was never made; and no evidence of the machines through ``interface`` since
+    ``since`` is unverified. Notes the agents on the rows."""
+    if interface not in DHCP_INTERFACES:
+        return
+    listed = {a["agent"]: a for a in h.dhcp_agents()["agents"]}
+    problems = [f"{agent_id}: {listed.get(agent_id)}" for agent_id in h.dhcp_agent_ids
+                if not (listed.get(agent_id) and listed[agent_id]["fresh"]
+                        and listed[agent_id]["cursor"] > 0 and not listed[agent_id]["error"]
+                        and interface in listed[agent_id]["interfaces"])]
+    if problems or not h.dhcp_agent_ids:
+        raise ScenarioFailed(f"DHCP agents of {PARTITION} not fresh at a cursor > 0 with "
+                             f"{interface}: {problems or listed}", rows, h)
+    text = "\n".join(h.dhcp_files().values()).lower()
+    missing = [m.name for m in h.machines if m.mac.lower() not in text]
+    if missing:
+        raise ScenarioFailed(f"the DHCP servers' files name no MAC of {missing}", rows, h)
+    with open(h.server_conf) as f:
+        conf = f.read()
+    named = [path for path in h.dhcp_files() if os.path.dirname(path) in conf]
+    if named:
+        raise ScenarioFailed(f"{h.server_conf} names the DHCP servers' files: {named}",
+                             rows, h)
+    if os.path.exists(h.no_dhcp_dir):
+        raise ScenarioFailed(f"{h.no_dhcp_dir} was made: something but the agents wrote "
+                             f"DHCP files: {os.listdir(h.no_dhcp_dir)}", rows, h)
+    ids = {m.id for m in h.machines}
+    unverified = [(e["path"], e["client_address"]) for e in h.evidence(since=since)
+                  if e["machine_id"] in ids and e["interface"] == interface
+                  and e["kind"] not in ("fetch", "report")]
+    if unverified:
+        raise ScenarioFailed(f"evidence through {interface} not bound: {unverified}", rows, h)
+    note = "DHCP by " + ", ".join(f"{a} at cursor {listed[a]['cursor']}"
+                                  for a in h.dhcp_agent_ids)
+    for row in rows:
+        row.note = "; ".join(filter(None, [row.note, note]))
+
+
 def enrol_and_boot(h, interface="pxe", timeout=BOOT_TIMEOUT):
     """Register the machines on ``interface``, wait until metalboot has enrolled them,
     power them on at their BMCs (no override) and wait for each one's whole boot
@@ -240,6 +297,7 @@ def enrol_and_boot(h, interface="pxe", timeout=BOOT_TIMEOUT):
             raise ScenarioFailed(f"{m.name}: first fetch is {ev['path']}, expected "
                                  f"{FIRST_FETCH[interface]}", rows, h, m)
         rows[-1].chain = chain_text(check_chain(h, m, interface, start, rows, timeout))
+    dhcp_by_agents(h, interface, t0, rows)
     return rows
 
 
@@ -251,9 +309,11 @@ def pxe_smoke(h):
 def single_path(h, target, source="fake"):
     """Machines registered on ``source`` (not booted) migrated to ``target``."""
     h.register(source)
+    t0 = time.time()
     per, rows = migrate(h, target, "migrate",
                         boot_timeout=45 if target == BROKEN else BOOT_TIMEOUT,
                         expect="rolled_back" if target == BROKEN else "done")
+    dhcp_by_agents(h, target, t0, rows)
     return rows
 
 
@@ -281,6 +341,7 @@ def migrate_to_report(h, target):
             row.note = "; ".join(filter(None, [row.note] + [
                 f"{e['path']} by MAC from {e['client_address']}: {e['data']['by_mac']}"
                 for e in by_mac]))
+    dhcp_by_agents(h, target, t0, rows)
     return rows
 
 
@@ -296,7 +357,10 @@ def rollback_to(h, source, broken_timeout=60):
             raise ScenarioFailed(f"{m.name} not enrolled on {source}: "
                                  f"{records[m.id]['state']}, {records[m.id]['last_error']}",
                                  [], h, m)
-    return broken_and_back(h, source=source, boot_timeout=broken_timeout)
+    t0 = time.time()
+    rows = broken_and_back(h, source=source, boot_timeout=broken_timeout)
+    dhcp_by_agents(h, source, t0, [r for r in rows if r.step == "after rollback"])
+    return rows
 
 
 def migration_chain(h, broken_timeout=60):
@@ -308,7 +372,9 @@ def migration_chain(h, broken_timeout=60):
     h.register(REGISTERED_ON)
     rows = []
     for target in CHAIN:
+        t0 = time.time()
         per, step_rows = migrate(h, target, f"migrate to {target}")
+        dhcp_by_agents(h, target, t0, step_rows)
         rows += step_rows
         for m in h.machines:
             machine = h.machine(m)
@@ -556,13 +622,13 @@ def agent_killed_in_a_wave(h, target="redfish-virtual-media-ipxe", timeout=300):
         time.sleep(0.2)
     victim = first[0]["delivery"].split(":")[0]
     key = victim.rsplit("-", 1)[1]
-    h.control.kill_agent(victim)
+    h.kill_agent(victim)
     killed_at = time.time()
     time.sleep(1)
     h.anycast.announce(*(k for k in h.anycast.netns if k != key))
     route = h.anycast.route()
     per, rows = finish(h, created, target, f"wave, {victim} killed", t0)
-    h.control.restart_agent(victim)  # its route stays withdrawn
+    h.restart_agent(victim)  # its route stays withdrawn
     _, mine = through_agent(h, t0, rows)
     for m, row in zip(h.machines, rows, strict=True):
         row.note = "; ".join(f"{e['path']} by {e['delivery'].split(':')[0]}"

@@ -16,6 +16,7 @@ names the path (``test_migration_boots_to_the_report[dhcp-httpboot]``) and
 import pytest
 
 from tests.e2e import scenarios
+from tests.e2e.harness import DHCP_INTERFACES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,12 +36,13 @@ def reported(e2e_report, scenario, *args):
 
 @pytest.mark.parametrize("path", ["pxe"])
 def test_enrolled_machine_boots_to_the_report(boot_network, e2e_report, path):
-    """One machine registered on pxe (metalboot writes its DHCP entries at enrolment)
-    and powered on: OVMF PXEv4 -> dnsmasq TFTP snponly.efi -> iPXE -> boot.ipxe ->
-    kernel and initrd -> metal-hammer's boot report. The legacy path, with DHCPv4.
-    """
+    """One machine registered on pxe (the partition's boot agent writes its DHCP
+    entries to dnsmasq at enrolment) and powered on: OVMF PXEv4 -> dnsmasq TFTP
+    snponly.efi -> iPXE -> boot.ipxe -> kernel and initrd -> metal-hammer's boot
+    report. The legacy path, with DHCPv4."""
     rows = reported(e2e_report, scenarios.enrol_and_boot, boot_network(machines=1), path)
     assert [(r.outcome, r.evidence.split()[0]) for r in rows] == [("booted", "boot.ipxe")]
+    assert all("DHCP by e2e-dhcp-agent at cursor " in r.note for r in rows), rows
     assert [stage.split()[0] for stage in rows[0].chain.split(" > ")] == [
         "boot.ipxe", "vmlinuz", "initrd.img", "report"]
 
@@ -71,7 +73,8 @@ def test_migration_boots_to_the_report(boot_network, e2e_report, path):
     (require_boot_report), each boot shown stage by stage, all from IPv6
     addresses."""
     rows = reported(e2e_report, scenarios.migrate_to_report,
-                    boot_network(machines=2, ipv6_only=True), path)
+                    boot_network(machines=2, ipv6_only=True,
+                                 boot_network_prefixes=scenarios.prefixes(path)), path)
     assert [r.outcome for r in rows] == ["done", "done"]
     assert all(r.evidence.startswith("report from fd55:") for r in rows)
     assert [[s.split()[0] for s in r.chain.split(" > ")] for r in rows] == [
@@ -86,6 +89,8 @@ def test_migration_boots_to_the_report(boot_network, e2e_report, path):
                 if " by MAC from " in part}
     assert bindings <= BY_MAC[path] and bool(bindings) == bool(BY_MAC[path]), [
         r.note for r in rows]
+    # pxe's and dhcp-httpboot's DHCP answers came from the partition's agent
+    assert all(("DHCP by " in r.note) == (path in DHCP_INTERFACES) for r in rows), rows
 
 
 @pytest.mark.parametrize("path", [scenarios.ROLLBACK_SOURCE])
@@ -101,6 +106,7 @@ def test_rollback_boots_the_source_to_the_report(boot_network, e2e_report, path)
     assert [r.outcome for r in again] == ["booted again"]
     assert [s.split()[0] for s in again[0].chain.split(" > ")] == (
         scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
+    assert "DHCP by e2e-dhcp-agent at cursor " in again[0].note, again
 
 
 @pytest.mark.parametrize("path", ["redfish-http-url"])
@@ -128,7 +134,8 @@ def test_agent_boots_to_the_report(boot_network, e2e_report, path):
     (``pxe`` registered on it on a dual-stack network, the others migrated on
     the IPv6-only one); every fetch and the report were journaled by the agent
     and delivered by it, and the migration ended done on the report."""
-    h = boot_network(machines=1, ipv6_only=path != "pxe", agent=True)
+    h = boot_network(machines=1, ipv6_only=path != "pxe", agent=True,
+                     boot_network_prefixes=scenarios.prefixes(path))
     reach = scenarios.fenced_partition(h)
     assert reach["api from the partition"] is None, reach
     assert reach["postgresql from the control plane"] is None, reach
@@ -139,6 +146,7 @@ def test_agent_boots_to_the_report(boot_network, e2e_report, path):
         scenarios.FETCHES[path] + scenarios.IMAGES + ["report"])
     assert rows[0].evidence.startswith("boot.ipxe from " if path == "pxe"
                                        else "report from fd55:"), rows[0].evidence
+    assert ("DHCP by e2e-agent at cursor " in rows[0].note) == (path in DHCP_INTERFACES), rows
 
 
 @pytest.mark.parametrize("path", ["redfish-virtual-media-ipxe"])
