@@ -2,7 +2,6 @@
 test client, and a real metalboot-server process."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import pytest
 import requests
 
 from metalboot_framework.conf import CONF
+from tests.ports import free_port  # noqa: F401  (tests import it from here)
 
 ADMIN = "admin-token-for-tests"
 READER = "reader-token-for-tests"
@@ -20,10 +20,6 @@ READER = "reader-token-for-tests"
 LOOPBACK_PREFIXES = ["127.0.0.0/8", "::1/128"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def hook_plugin_site(site, module, source):

@@ -30,10 +30,8 @@ def _bin(name):
 
 
 def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.ports import free_port
+    return free_port()
 
 
 class PostgresServer:

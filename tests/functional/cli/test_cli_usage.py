@@ -40,8 +40,11 @@ def test_bad_choice_and_missing_argument_are_usage_errors(run):
 
 
 def test_connection_refused_names_the_url(run):
-    url = f"http://127.0.0.1:{free_port()}"
-    r = run("machines", "list", url=url, token="x")
+    import socket
+    with socket.socket() as s:  # bound, not listening: refused, and nobody else's
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        r = run("machines", "list", url=url, token="x")
     line = assert_one_line_error(r, 3, url, "connection refused")
     assert line.startswith("metalboot: error: ")
     assert r.out == ""

@@ -10,7 +10,6 @@ port, and a fresh SUSHY_EMULATOR_STATE_DIR.
 
 import http.server
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import requests
 from metalboot_framework.snapshots import partition_info
 from metalboot_framework.store import models
 from tests import redfish_conf as redfish_conf_mod
+from tests.ports import free_port  # noqa: F401  (tests import it from here)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRAPPER = os.path.join(HERE, "sushy_emulator_with_http_boot_uri.py")
@@ -38,10 +38,6 @@ BMC_USER = "admin"
 BMC_PASSWORD = "s3cret-Bmc-pass"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fake_system(name, power_state="Off", boot_mode="UEFI", mac=None):
