@@ -148,15 +148,24 @@ async def wait_applied(services, machine_id, partition_id, interface, position,
 
 
 # -- the agents' side (through the API) --------------------------------------------------
-def record_report(services, partition_id, report):
-    """POST /v1/partitions/{id}/boot-data/dhcp: what an agent's DHCP servers hold."""
+def _cursors(services, partition_id):
+    """(the feed's newest cursor, the partition's), in one read; NotFound for
+    a partition that does not exist."""
     feed.sequence_boot_changes(services)
     position = feed.boot_change_position(services)
+    newest = func.coalesce(func.max(position), 0)
     with services.db.read_conn() as conn:
         if conn.execute(select(models.Partition.id).where(
                 models.Partition.id == partition_id)).first() is None:
             raise NotFound(f"partition {partition_id} not found")
-        top = conn.execute(select(func.coalesce(func.max(position), 0))).scalar()
+        return (conn.execute(select(newest)).scalar(),
+                conn.execute(select(newest).where(_CH.c.partition_id == partition_id))
+                .scalar())
+
+
+def record_report(services, partition_id, report):
+    """POST /v1/partitions/{id}/boot-data/dhcp: what an agent's DHCP servers hold."""
+    top, cursor = _cursors(services, partition_id)
     if report["cursor"] > top:
         raise Gone(f"cursor {report['cursor']} is newer than the feed ({top}): the database "
                    "was restored or replaced; take a new snapshot")
@@ -170,21 +179,17 @@ def record_report(services, partition_id, report):
         if not updated:
             unit.session.execute(_A.insert().values(partition_id=partition_id,
                                                     agent_id=report["agent"], **values))
-    return agent_list(services, partition_id)
+    return _listing(services, partition_id, cursor)
 
 
 def agent_list(services, partition_id):
     """GET /v1/partitions/{id}/dhcp-agents: what each agent last reported."""
-    feed.sequence_boot_changes(services)
-    position = feed.boot_change_position(services)
-    with services.db.read_conn() as conn:
-        if conn.execute(select(models.Partition.id).where(
-                models.Partition.id == partition_id)).first() is None:
-            raise NotFound(f"partition {partition_id} not found")
-        top = conn.execute(select(func.coalesce(func.max(position), 0)).where(
-            _CH.c.partition_id == partition_id)).scalar()
+    return _listing(services, partition_id, _cursors(services, partition_id)[1])
+
+
+def _listing(services, partition_id, cursor):
     now = models.utcnow()
-    return {"cursor": top, "agents": [
+    return {"cursor": cursor, "agents": [
         {"agent": r.agent_id, "cursor": r.applied_cursor, "interfaces": list(r.interfaces),
          "entries": r.entries, "error": r.error, "reported_at": iso(r.reported_at),
          "fresh": _fresh(services, r, now)} for r in _agents(services, partition_id)]}
