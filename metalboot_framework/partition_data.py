@@ -124,7 +124,8 @@ def snapshot(services, partition_id):
 
 def changes(services, partition_id, since, wait=0.0):
     """GET /v1/partitions/{id}/boot-data/changes: what changed after cursor
-    ``since``, waiting up to ``wait`` seconds for a change (long poll)."""
+    ``since``, waiting up to ``wait`` seconds for a change (long poll; a
+    process shutting down answers at once)."""
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
     position = feed.boot_change_position(services)
     while True:
@@ -142,10 +143,10 @@ def changes(services, partition_id, since, wait=0.0):
             answer = _read_changes(services, partition_id, since)
             if answer["cursor"] != since or time.monotonic() >= deadline:
                 return answer
-        elif time.monotonic() >= deadline:
+        elif time.monotonic() >= deadline or services.stopping.is_set():
             return {"cursor": since, "partition": None, "machines": [], "removed": [],
                     "more": False}
-        time.sleep(POLL_INTERVAL)
+        services.stopping.wait(POLL_INTERVAL)
 
 
 def _read_changes(services, partition_id, since):

@@ -13,6 +13,8 @@ names them:
   plugin sees them.
 """
 
+import threading
+
 from metalboot_framework import hooks as hooks_mod
 from metalboot_framework import loader
 from metalboot_framework import snapshots as snapshots_mod
@@ -86,6 +88,9 @@ class Services(BootServices):
         # looks at once, not at its next poll.
         self.work_watchers = []
         self.transactions = Transactions(db, hooks, self.step_loop)
+        # Set when the process shuts down: requests that wait (the boot data
+        # feed's long poll) answer at once instead of holding the shutdown.
+        self.stopping = threading.Event()
 
     @classmethod
     def from_conf(cls, conf, upgrade=None):

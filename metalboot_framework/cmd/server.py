@@ -59,6 +59,8 @@ def _run(name, description, argv, with_api, with_conductor):
 
     def _terminate(signum, _frame):
         LOG.info("received %s, shutting down", signal.Signals(signum).name)
+        # before waitress's own close (which waits for its request threads)
+        services.stopping.set()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _terminate)

@@ -1,10 +1,12 @@
 """A real metalboot-server process: HTTP, start-up checks, plugins as installed
 distributions, clean shutdown, and no secrets in its log."""
 
+import concurrent.futures
 import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import requests
@@ -41,6 +43,30 @@ def test_register_over_http_and_clean_shutdown(server_factory):
     # state survives a restart
     server.start()
     assert len(server.request("GET", "/v1/machines").json()["machines"]) == 3
+
+
+def test_shutdown_answers_a_waiting_long_poll_at_once(server_factory):
+    """An agent's long poll of the boot data feed (up to 30 s) does not hold
+    the shutdown: it is answered (no change) and every request thread ends,
+    so waitress has none left to give up on."""
+    server = server_factory().start()
+    assert server.request("POST", "/v1/partitions", json={"id": "p1"}).status_code == 201
+    r = server.request("POST", "/v1/partitions/p1/agent-tokens", json={"description": "t"})
+    headers = {"Authorization": f"Bearer {r.json()['token']}"}
+    cursor = requests.get(server.url + "/v1/partitions/p1/boot-data", headers=headers,
+                          timeout=10).json()["cursor"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(requests.get, server.url + "/v1/partitions/p1/boot-data/changes",
+                              params={"since": cursor, "wait": 30}, headers=headers,
+                              timeout=60)
+        time.sleep(1)  # the request reaches its handler and waits there
+        assert not waiting.done()
+        assert server.stop() == 0
+        answer = waiting.result()
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["cursor"], answer.json()["machines"]) == (cursor, [])
+    assert "still running" not in server.log(), server.log()
+    assert "metalboot-server stopped" in server.log()
 
 
 def test_sigkill_and_restart_keeps_state(server_factory):

@@ -105,6 +105,17 @@ class AgentProcess(ServerProcess):
             time.sleep(0.05)
 
 
+    def wait_saved(self, partition="p1", timeout=30):
+        """Wait until the agent has written ``partition``'s boot data to its
+        state directory (it does so within a second of a change)."""
+        path = self.state_dir / "partitions" / f"{partition}.json"
+        deadline = time.monotonic() + timeout
+        while not path.is_file():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{path} not written after {timeout} s")
+            time.sleep(0.05)
+
+
 def evidence(api, machine_id):
     """The machine's evidence as the API lists it."""
     rows, cursor = [], 0

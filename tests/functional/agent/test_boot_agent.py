@@ -170,6 +170,7 @@ def test_api_away_sigkill_and_restart_lose_nothing_and_store_once(world):
     paths = [_script_path(signer, m) for m in ids]
     assert _fetch_all(agent, paths) == [200] * len(ids)
     agent.wait_delivered()
+    agent.wait_saved()
 
     # the API goes away: the agent serves and journals
     assert api.stop() == 0
