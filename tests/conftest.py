@@ -19,7 +19,26 @@ READER = "reader-token-for-tests"
 # ([artifacts] boot_network_prefixes; the default binds no loopback address).
 LOOPBACK_PREFIXES = ["127.0.0.0/8", "::1/128"]
 
+#: The modules that take longest (``--durations``), scheduled first: pytest-xdist
+#: hands modules to its workers in order (``--dist loadscope``), and one of
+#: these handed out last would leave a single worker running it alone.
+LONGEST_FIRST = (
+    "tests/functional/test_migrations.py",
+    "tests/functional/test_benchmarks_smoke.py",
+    "tests/functional/test_boot_server.py",
+    "tests/unit/test_schemathesis.py",
+    "tests/functional/test_container_image.py",
+    "tests/conformance/test_conformance_dhcp.py",
+    "tests/conformance/test_kit_catches_violations.py",
+    "tests/functional/cli/test_cli_api.py",
+)
 
+
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath) + os.sep
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(str(item.path).removeprefix(root),
+                                         len(LONGEST_FIRST)))
 
 
 def hook_plugin_site(site, module, source):

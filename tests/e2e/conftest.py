@@ -52,10 +52,17 @@ def boot_network(tmp_path):
 
 @pytest.fixture
 def e2e_report(request):
-    """report(rows): the table is printed in the terminal summary."""
+    """report(rows): the table is printed in the terminal summary (it travels
+    with the test's report, so from pytest-xdist's workers too)."""
     def report(rows):
-        _TABLES.append((request.node.nodeid, format_table(rows)))
+        request.node.user_properties.append(("e2e_table", format_table(rows)))
     return report
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        _TABLES.extend((report.nodeid, table)
+                       for name, table in report.user_properties if name == "e2e_table")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -154,7 +154,9 @@ def trixie_ipxe_dir():
     env = os.environ.get("METALBOOT_E2E_IPXE_DIR")
     if env:
         return env
-    out = subprocess.run(["bash", FETCH_IPXE], capture_output=True, text=True)
+    with metal_hammer.cache_lock("ipxe-trixie"):
+        out = subprocess.run(["bash", FETCH_IPXE, metal_hammer.cache_dir()],
+                             capture_output=True, text=True)
     if out.returncode:
         raise HarnessError(f"{FETCH_IPXE} failed:\n{out.stderr}")
     return out.stdout.strip().splitlines()[-1]

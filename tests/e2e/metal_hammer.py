@@ -16,8 +16,12 @@ that changes with the packages' versions and with :data:`INIT`;
 ``initrd.img`` instead.
 
 Usage: ``python tests/e2e/metal_hammer.py [CACHE]`` prints the directory.
+Builds into one cache from several processes at once (``pytest -n``) take
+turns under a lock of the cache (:func:`cache_lock`).
 """
 
+import contextlib
+import fcntl
 import glob
 import gzip
 import hashlib
@@ -155,13 +159,34 @@ def cpio_newc(entries):
     return out.getvalue()
 
 
+def cache_dir():
+    """Where the e2e tests cache what they fetch and build."""
+    return os.environ.get("METALBOOT_E2E_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "metalboot-e2e")
+
+
+@contextlib.contextmanager
+def cache_lock(name, cache=None):
+    """Held while one process fetches or builds ``name`` into the cache: the
+    others wait for it, then find it there."""
+    cache = cache or cache_dir()
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build(cache=None):
     """The directory with ``vmlinuz`` and ``initrd.img`` (built once, cached)."""
     env = os.environ.get("METALBOOT_E2E_METAL_HAMMER_DIR")
     if env:
         return env
-    cache = cache or os.environ.get("METALBOOT_E2E_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "metalboot-e2e")
+    cache = cache or cache_dir()
+    with cache_lock("metal-hammer", cache):
+        return _build(cache)
+
+
+def _build(cache):
     kernel_pkg = kernel_package()
     recipe = hashlib.sha256((INIT + UDHCPC_SCRIPT + " ".join(MODULES)).encode()).hexdigest()
     out = os.path.join(cache, "metal-hammer", f"{kernel_pkg}-{recipe[:12]}")
