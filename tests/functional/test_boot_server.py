@@ -373,6 +373,13 @@ def test_workers_share_the_port_and_stop_together(boot_pair):
     with open(f"/proc/{boot.proc.pid}/task/{boot.proc.pid}/children") as f:
         workers = [int(p) for p in f.read().split()]
     assert len(workers) == 2
+    # the server answered once one worker listened: wait for the other (on a
+    # busy host it may still be starting, and the first would take every
+    # connection)
+    deadline = time.monotonic() + 30
+    while boot.log().count("metalboot-boot-server listening on") < 2:
+        assert time.monotonic() < deadline, boot.log()
+        time.sleep(0.05)
     # new connections each time: the kernel spreads them over both listeners
     paths = [f"/boot/{mid}/fake/{signer.machine_token(mid, 1, FAKE)}/boot.ipxe" for mid in ids] * 4
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
