@@ -139,11 +139,12 @@ def changes(services, partition_id, since, wait=0.0):
         if since > top:
             raise Gone(f"cursor {since} is newer than the feed ({top}): the database was "
                        "restored or replaced; take a new snapshot")
+        over = time.monotonic() >= deadline or services.stopping.is_set()
         if pending is not None:
             answer = _read_changes(services, partition_id, since)
-            if answer["cursor"] != since or time.monotonic() >= deadline:
+            if answer["cursor"] != since or over:
                 return answer
-        elif time.monotonic() >= deadline or services.stopping.is_set():
+        elif over:
             return {"cursor": since, "partition": None, "machines": [], "removed": [],
                     "more": False}
         services.stopping.wait(POLL_INTERVAL)

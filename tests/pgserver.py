@@ -21,17 +21,14 @@ import uuid
 
 import sqlalchemy
 
+from tests.ports import free_port
+
 
 def _bin(name):
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
         raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
     return found[-1]
-
-
-def _free_port():
-    from tests.ports import free_port
-    return free_port()
 
 
 class PostgresServer:
@@ -41,7 +38,7 @@ class PostgresServer:
         os.chown(self.dir, self.user.pw_uid, self.user.pw_gid)
         self.data = os.path.join(self.dir, "data")
         self.netns, self.listen = netns, listen
-        self.port = 5432 if netns else _free_port()  # a namespace of its own is empty
+        self.port = 5432 if netns else free_port()  # a namespace of its own is empty
         self.admin_url = self.url("postgres")
 
     def url(self, database):

@@ -86,24 +86,28 @@ def moves_by_machine(events):
     return moves
 
 
-def steps_of(server, machine_id):
-    events = server.request("GET", f"/v1/machines/{machine_id}/events",
-                            params={"limit": 1000}).json()["events"]
+def machine_events(server, machine_id):
+    return server.request("GET", f"/v1/machines/{machine_id}/events",
+                          params={"limit": 1000}).json()["events"]
+
+
+def step_names(events):
     return [e["data"]["new"] for e in events if e["kind"] == "migration.step"]
 
 
-def activated_before(server, machine_id, interface, moment):
-    """Whether ``interface`` activated the machine before ``moment`` (epoch s)."""
-    events = server.request("GET", f"/v1/machines/{machine_id}/events",
-                            params={"limit": 1000}).json()["events"]
+def steps_of(server, machine_id):
+    return step_names(machine_events(server, machine_id))
+
+
+def activated_before(events, interface, moment):
+    """Whether ``interface`` activated the machine of ``events`` before ``moment`` (epoch s)."""
     return any(e["kind"] == f"{interface}.activate" and datetime.datetime.fromisoformat(
         e["created_at"].replace("Z", "+00:00")).timestamp() < moment for e in events)
 
 
 def fake_calls(server, machine_id):
     """The fake plugin's calls in migrations (not those of the enrolment)."""
-    events = server.request("GET", f"/v1/machines/{machine_id}/events",
-                            params={"limit": 1000}).json()["events"]
+    events = machine_events(server, machine_id)
     calls = [e["kind"].split(".", 1) for e in events
              if e["kind"].startswith("fake") and e["migration_id"]]
     # each event is named after the interface that was called, as its data say
@@ -634,8 +638,9 @@ def test_sigkill_mid_migration_and_restart(server_factory):
     # A machine activated before the kill that the fleet had not booted yet
     # boots only once the server is back (the fleet follows its event feed):
     # on a busy host that may be after its 3 s boot deadline.
+    events = {mid: machine_events(server, mid) for mid in ids}
     caught = {mid for mid in ids if mid not in booted_before_kill
-              and activated_before(server, mid, "fake-alt", killed_at)}
+              and activated_before(events[mid], "fake-alt", killed_at)}
     assert len(caught) <= 25  # max_parallel
     rolled_back = {mid for mid in ids if per[mid]["state"] == "rolled_back"}
     assert silent <= rolled_back <= silent | lost | caught
@@ -644,7 +649,7 @@ def test_sigkill_mid_migration_and_restart(server_factory):
     for mid in ids:
         machine = server.request("GET", f"/v1/machines/{mid}").json()
         assert machine["state"] == "ready" and machine["lock"] is None
-        steps = steps_of(server, mid)
+        steps = step_names(events[mid])
         if per[mid]["state"] == "done":
             assert machine["boot_interface"] == "fake-alt"
             assert steps == ["validating", "preparing", "activating", "awaiting_boot",

@@ -104,7 +104,6 @@ class AgentProcess(ServerProcess):
                 raise AssertionError(f"journal not delivered after {timeout} s: {health}")
             time.sleep(0.05)
 
-
     def wait_saved(self, partition="p1", timeout=30):
         """Wait until the agent has written ``partition``'s boot data to its
         state directory (it does so within a second of a change)."""

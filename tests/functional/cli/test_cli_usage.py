@@ -4,6 +4,7 @@ and the progress display."""
 import datetime
 import io
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,6 @@ def test_bad_choice_and_missing_argument_are_usage_errors(run):
 
 
 def test_connection_refused_names_the_url(run):
-    import socket
     with socket.socket() as s:  # bound, not listening: refused, and nobody else's
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -38,8 +38,6 @@ BMC_USER = "admin"
 BMC_PASSWORD = "s3cret-Bmc-pass"
 
 
-
-
 def fake_system(name, power_state="Off", boot_mode="UEFI", mac=None):
     system = {"uuid": str(uuid_mod.uuid4()), "name": name, "power_state": power_state,
               "external_notifier": False,
